@@ -1,0 +1,1 @@
+"""CUDA kernels with their NumPy references beside them (CuPy imported lazily)."""

@@ -1,0 +1,1 @@
+"""Prefect task wrappers around the pure stage logic in ``tasks.core``."""

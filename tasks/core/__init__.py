@@ -1,0 +1,1 @@
+"""Pure stage logic: no Prefect imports here (see STYLE.md)."""

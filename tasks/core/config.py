@@ -1,0 +1,188 @@
+"""One typed, frozen config for a whole run: profile YAML + ``section.key=value`` overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "deployments" / "profiles"
+
+
+class ConfigError(ValueError):
+    """A profile or override that does not describe a valid run."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadConfig(_Section):
+    topology: str = Field("topozoo/Geant2012", description="topohub key, e.g. topozoo/Abilene")
+    days: int = Field(7, ge=1, le=366, description="days of 5-minute telemetry")
+    seed: int = Field(7, description="simulator seed")
+    dirt: float = Field(0.0, ge=0.0, le=0.5, description="fraction of rows made dirty")
+    start: str = Field("2026-01-05", description="first day (UTC), YYYY-MM-DD")
+
+
+class PathsConfig(_Section):
+    root: str = Field(".faultline", description="store root; stage outputs, MLflow and raw data live here")
+
+
+class MlflowConfig(_Section):
+    tracking_uri: str | None = Field(None, description="None: SQLite store under paths.root")
+    experiment: str = "faultline"
+
+
+class ValidateConfig(_Section):
+    max_quarantine_rate: float = Field(0.2, ge=0.0, le=1.0)
+    build_data_docs: bool = True
+
+
+class IngestConfig(_Section):
+    master: str = "local[*]"
+    shuffle_partitions: int = Field(8, ge=1)
+    parquet_block_size_mb: int = Field(256, ge=1)
+    compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
+    driver_memory_gb: float = Field(2.0, gt=0)
+    executor_memory_gb: float | None = Field(None, description="None: derived from GPU memory (guide's rule)")
+    max_direct_memory_gb: float = Field(2.0, gt=0)
+    event_log: bool = True
+    rapids_jar: str | None = None
+    concurrent_gpu_tasks: int = Field(2, ge=1)
+    extra_conf: dict[str, str] = Field(default_factory=dict)
+
+
+class FeaturesConfig(_Section):
+    backend: Literal["auto", "pandas", "cudf"] = "auto"
+    cluster: Literal["local", "cuda"] = "local"
+    scheduler_address: str | None = None
+    n_workers: int = Field(2, ge=1)
+    threads_per_worker: int = Field(1, ge=1)
+    protocol: Literal["tcp", "ucx"] = "tcp"
+    rmm_pool_size: str | None = None
+    windows: tuple[int, ...] = (3, 12, 36)
+    kpis: tuple[str, ...] = ("cpu_util", "temperature_c", "latency_ms", "packet_loss_pct", "if_errors")
+    horizon_minutes: int = Field(60, ge=5)
+
+    @field_validator("windows")
+    @classmethod
+    def _windows_positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(w < 2 for w in v):
+            raise ValueError("windows must be a non-empty list of sample counts >= 2")
+        return tuple(sorted(set(v)))
+
+
+class TrainConfig(_Section):
+    engine: Literal["horovod", "ddp"] = "horovod"
+    num_proc: int = Field(2, ge=1)
+    epochs: int = Field(8, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(32, ge=1, description="snapshots (timestamps) per step per rank")
+    hidden: int = Field(32, ge=4)
+    layers: int = Field(2, ge=1)
+    window: int = Field(6, ge=1, description="temporal window fed to the encoder (samples)")
+    seed: int = 0
+    checkpoint_every: int = Field(1, ge=1)
+    stall_timeout_s: float = Field(900.0, gt=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    memory_fraction: float = Field(0.8, gt=0, le=1)
+    bf16: bool = True
+
+
+class EvaluateConfig(_Section):
+    test_fraction: float = Field(0.25, gt=0, lt=1)
+    precision_target: float = Field(0.9, gt=0, lt=1)
+    register_model: bool = True
+    model_name: str = "faultline-fault-gnn"
+
+
+class FaultlineConfig(_Section):
+    profile: str = "local"
+    workload: WorkloadConfig = WorkloadConfig()
+    paths: PathsConfig = PathsConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+    validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
+    ingest: IngestConfig = IngestConfig()
+    features: FeaturesConfig = FeaturesConfig()
+    train: TrainConfig = TrainConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def section(self, name: str) -> dict[str, Any]:
+        """One section as plain JSON-able data (what a stage's fingerprint covers)."""
+        return getattr(self, "validate_" if name == "validate" else name).model_dump(mode="json")
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def flat(self) -> dict[str, str]:
+        """Flattened ``section.key`` -> value, for MLflow params."""
+        out: dict[str, str] = {}
+        for sec, body in self.as_dict().items():
+            if isinstance(body, dict):
+                for k, v in body.items():
+                    out[f"{sec}.{k}"] = v if isinstance(v, str) else json.dumps(v)
+            else:
+                out[sec] = str(body)
+        return out
+
+
+def parse_overrides(items: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+    """``["train.epochs=3", "workload.topology=topozoo/Abilene"]`` -> nested dict (values parsed as YAML)."""
+    nested: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"override {item!r}: key must be section.key (e.g. train.epochs=3)")
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        nested.setdefault(parts[0], {})[parts[1]] = value
+    return nested
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]).replace("validate_", "validate")
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  unknown key '{loc}'")
+        else:
+            lines.append(f"  {loc}: {e['msg']} (got {e.get('input')!r})")
+    return f"invalid config ({source}):\n" + "\n".join(lines)
+
+
+def load_config(
+    profile: str = "local",
+    overrides: list[str] | tuple[str, ...] | dict[str, Any] | None = None,
+) -> FaultlineConfig:
+    """Load ``deployments/profiles/<profile>.yaml`` (or a path) and apply overrides."""
+    path = Path(profile)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{profile}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+        raise ConfigError(f"profile {profile!r} not found at {path}; known profiles: {known}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections")
+    data.setdefault("profile", path.stem)
+    extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
+    merged = _merge(data, extra)
+    try:
+        return FaultlineConfig.model_validate(merged)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, f"{path.name} + overrides")) from None

@@ -1,0 +1,259 @@
+"""The one place that probes hardware and turns it into engine settings.
+
+GPU libraries are imported only inside functions, so every module imports on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .config import FeaturesConfig, IngestConfig, TrainConfig
+
+
+@dataclass(frozen=True)
+class GPU:
+    index: int
+    name: str
+    memory_gb: float
+
+
+@dataclass(frozen=True)
+class Hardware:
+    cpu_count: int
+    memory_gb: float
+    gpus: tuple[GPU, ...] = ()
+    driver: str | None = None
+    nvlink_topology: str | None = None
+    source: str = "none"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@lru_cache(maxsize=1)
+def detect_hardware() -> Hardware:
+    """GPU count and memory via NVML (nvidia-smi as fallback); works with no GPU at all."""
+    import psutil
+
+    cpus = os.cpu_count() or 1
+    mem = psutil.virtual_memory().total / 2**30
+    if os.environ.get("FAULTLINE_FORCE_CPU") == "1":
+        return Hardware(cpus, round(mem, 1), source="forced-cpu")
+    gpus, driver, source, notes = _probe_nvml()
+    if not gpus:
+        gpus, driver, source = _probe_nvidia_smi()
+    topo = _nvidia_smi_topo() if gpus else None
+    return Hardware(cpus, round(mem, 1), tuple(gpus), driver, topo, source, tuple(notes))
+
+
+def _probe_nvml() -> tuple[list[GPU], str | None, str, list[str]]:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return [], None, "none", ["pynvml not installed"]
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # no driver: a CPU machine
+        return [], None, "none", [f"NVML unavailable: {exc}"]
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            gpus.append(GPU(i, name.decode() if isinstance(name, bytes) else name,
+                            round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1)))
+        return gpus, driver.decode() if isinstance(driver, bytes) else driver, "nvml", []
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _probe_nvidia_smi() -> tuple[list[GPU], str | None, str]:
+    if not shutil.which("nvidia-smi"):
+        return [], None, "none"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return [], None, "none"
+    gpus, driver = [], None
+    for line in out.strip().splitlines():
+        idx, name, mem, drv = (x.strip() for x in line.split(","))
+        gpus.append(GPU(int(idx), name, round(float(mem) / 1024, 1)))
+        driver = drv
+    return gpus, driver, "nvidia-smi"
+
+
+def _nvidia_smi_topo() -> str | None:
+    try:
+        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+
+
+# ---------------------------------------------------------------- Spark
+def executor_memory_gb(cfg: IngestConfig, hw: Hardware) -> float:
+    """The guide's rule: executor memory = GPU memory (GB) x 1.2 + 2 GB when GPUs are present."""
+    if cfg.executor_memory_gb is not None:
+        return cfg.executor_memory_gb
+    if hw.gpus:
+        return round(hw.gpus[0].memory_gb * 1.2 + 2, 1)
+    return max(1.0, min(4.0, hw.memory_gb / 4))
+
+
+def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> dict[str, str]:
+    """Every Spark setting the pipeline uses, derived from the profile in one place."""
+    block = cfg.parquet_block_size_mb * 1024 * 1024
+    conf = {
+        "spark.master": cfg.master,
+        "spark.app.name": "faultline-ingest",
+        "spark.dynamicAllocation.enabled": "false",
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.files.maxPartitionBytes": str(block),
+        "spark.sql.parquet.compression.codec": "uncompressed" if cfg.compression == "none" else cfg.compression,
+        "spark.hadoop.parquet.block.size": str(block),
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.driver.memory": f"{cfg.driver_memory_gb:g}g",
+        "spark.executor.memory": f"{executor_memory_gb(cfg, hw):g}g",
+        "spark.executor.extraJavaOptions": f"-XX:MaxDirectMemorySize={cfg.max_direct_memory_gb:g}g",
+        "spark.driver.extraJavaOptions": f"-XX:MaxDirectMemorySize={cfg.max_direct_memory_gb:g}g",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.ansi.enabled": "false",
+    }
+    if cfg.event_log and event_log_dir is not None:
+        event_log_dir.mkdir(parents=True, exist_ok=True)
+        conf["spark.eventLog.enabled"] = "true"
+        conf["spark.eventLog.dir"] = event_log_dir.resolve().as_uri()
+    if cfg.rapids_jar:
+        conf.update(_rapids_conf(cfg, hw))
+    conf.update(cfg.extra_conf)
+    return conf
+
+
+class RapidsJarMissing(FileNotFoundError):
+    pass
+
+
+def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
+    jar = Path(cfg.rapids_jar or "")
+    if not jar.is_file():
+        raise RapidsJarMissing(
+            f"ingest.rapids_jar is set to {str(jar)!r} but no such file exists: download the RAPIDS "
+            "Accelerator jar (rapids-4-spark_2.13) for this Spark version or unset ingest.rapids_jar"
+        )
+    import pyspark
+
+    major_minor = "".join(pyspark.__version__.split(".")[:2])
+    return {
+        "spark.jars": str(jar.resolve()),
+        "spark.plugins": "com.nvidia.spark.SQLPlugin",
+        "spark.rapids.sql.enabled": "true",
+        "spark.rapids.sql.concurrentGpuTasks": str(cfg.concurrent_gpu_tasks),
+        "spark.rapids.memory.pinnedPool.size": "2g",
+        "spark.executor.resource.gpu.amount": "1",
+        "spark.task.resource.gpu.amount": str(round(1 / max(1, cfg.concurrent_gpu_tasks), 3)),
+        "spark.shuffle.manager": f"com.nvidia.spark.rapids.spark{major_minor}0.RapidsShuffleManager",
+        "spark.rapids.shuffle.mode": "UCX",
+    }
+
+
+_SPARK: dict[str, Any] = {}
+
+
+def spark_session(conf: dict[str, str]):
+    """A SparkSession for this process (reused; a handle never enters a cache key)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    builder = SparkSession.builder
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    _SPARK["session"] = spark
+    return spark
+
+
+def effective_spark_conf(spark) -> dict[str, str]:
+    return dict(sorted(spark.sparkContext.getConf().getAll()))
+
+
+# ---------------------------------------------------------------- Dask
+def dataframe_backend(cfg: FeaturesConfig) -> str:
+    """``cudf`` on GPU profiles when cuDF imports, else ``pandas``."""
+    if cfg.backend == "pandas":
+        return "pandas"
+    if detect_hardware().gpus:
+        try:
+            import cudf  # noqa: F401
+            import dask_cudf  # noqa: F401
+
+            return "cudf"
+        except ImportError:
+            if cfg.backend == "cudf":
+                raise
+    if cfg.backend == "cudf":
+        raise RuntimeError("features.backend=cudf but no GPU is visible")
+    return "pandas"
+
+
+def dask_client(cfg: FeaturesConfig, backend: str):
+    """A Dask client: an existing scheduler, a LocalCUDACluster on GPUs, else a LocalCluster."""
+    from distributed import Client, LocalCluster
+
+    if cfg.scheduler_address:
+        return Client(cfg.scheduler_address)
+    if backend == "cudf" and cfg.cluster == "cuda":
+        from dask_cuda import LocalCUDACluster
+
+        kwargs: dict[str, Any] = {
+            "n_workers": min(cfg.n_workers, detect_hardware().gpu_count) or 1,
+            "protocol": cfg.protocol,
+            "rmm_pool_size": cfg.rmm_pool_size,
+            "enable_cudf_spill": True,
+            "dashboard_address": "127.0.0.1:0",
+        }
+        if cfg.protocol == "ucx":
+            kwargs.update(enable_nvlink=True, enable_tcp_over_ucx=True)
+        return Client(LocalCUDACluster(**kwargs))
+    cluster = LocalCluster(
+        n_workers=cfg.n_workers,
+        threads_per_worker=cfg.threads_per_worker,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        memory_limit="auto",
+    )
+    return Client(cluster)
+
+
+# ---------------------------------------------------------------- Training
+def train_device(cfg: TrainConfig) -> str:
+    if cfg.device != "auto":
+        return cfg.device
+    return "cuda" if detect_hardware().gpus else "cpu"
+
+
+def horovod_env(cfg: TrainConfig, device: str) -> dict[str, str]:
+    env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(cfg.stall_timeout_s))}
+    if device == "cuda":
+        env["NCCL_NVLS_ENABLE"] = os.environ.get("NCCL_NVLS_ENABLE", "0")
+    return env
