@@ -62,6 +62,17 @@ def neighbor_agg_cuda(values, indptr, indices, block: int = 256):
     kern = cp.RawKernel(f"#define T {ctype}\n" + _SOURCE, "neighbor_agg")
     out = cp.empty((t, e, f, 2), dtype=v.dtype)
     grid = (int(t * e * f + block - 1) // block,)
-    kern(grid, (block,), (v, cp.asarray(indptr, dtype=cp.int64), cp.asarray(indices, dtype=cp.int64),
-                          np.int64(t), np.int64(e), np.int32(f), out))
+    kern(
+        grid,
+        (block,),
+        (
+            v,
+            cp.asarray(indptr, dtype=cp.int64),
+            cp.asarray(indices, dtype=cp.int64),
+            np.int64(t),
+            np.int64(e),
+            np.int32(f),
+            out,
+        ),
+    )
     return out

@@ -136,7 +136,8 @@ def inject_alarm_dirt(alarms: pd.DataFrame, rng: np.random.Generator, rate: floa
             ledger.add("alarm_malformed", "alarms", rec["element_id"], rec["timestamp"], "", file, len(lines) + 1)
         elif u < rate:
             line = json.dumps({**rec, "severity": "SEVERE"})
-            ledger.add("alarm_bad_severity", "alarms", rec["element_id"], rec["timestamp"], "severity", file,
-                       len(lines) + 1)
+            ledger.add(
+                "alarm_bad_severity", "alarms", rec["element_id"], rec["timestamp"], "severity", file, len(lines) + 1
+            )
         lines.append(line)
     return lines

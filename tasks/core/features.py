@@ -75,8 +75,7 @@ def element_features(part: pd.DataFrame, faults: pd.DataFrame, cfg: FeaturesConf
     counts = part[[f"n_{s}" for s in PRECURSOR_SEVERITIES]].to_numpy(np.float64)
     alarm_stats = roll_kernel.rolling_stats_reference(counts, indptr, (ALARM_WINDOW,))
     for si, s in enumerate(PRECURSOR_SEVERITIES):
-        cols[f"alarms_{s}_1h"] = alarm_stats[:, si, 0, 0] * np.minimum(
-            ALARM_WINDOW, _position_in_segment(indptr) + 1)
+        cols[f"alarms_{s}_1h"] = alarm_stats[:, si, 0, 0] * np.minimum(ALARM_WINDOW, _position_in_segment(indptr) + 1)
     cols["alarms_1h"] = sum(cols[f"alarms_{s}_1h"] for s in PRECURSOR_SEVERITIES)
     cols["minutes_since_alarm"] = _minutes_since_alarm(part, counts.sum(axis=1))
     label, in_fault, lead = _labels(part, faults, cfg.horizon_minutes)
@@ -132,7 +131,8 @@ def _labels(part: pd.DataFrame, faults: pd.DataFrame, horizon: int) -> tuple[np.
         started = prev >= 0
         onset_prev = onsets[np.maximum(prev, 0)]
         u = np.searchsorted(ups, onset_prev, side="left")
-        end = np.where(u < len(ups), ups[np.minimum(u, max(len(ups) - 1, 0))] if len(ups) else 0, np.iinfo(np.int64).max)
+        never = np.iinfo(np.int64).max
+        end = np.where(u < len(ups), ups[np.minimum(u, len(ups) - 1)], never) if len(ups) else np.full(len(ts), never)
         in_fault[idx] = started & (ts <= end)
     return label, in_fault, lead
 
@@ -162,10 +162,17 @@ def neighbour_features(part: pd.DataFrame, topo: Topology, backend: str) -> pd.D
 
 
 def _empty_element_frame(cfg: FeaturesConfig) -> pd.DataFrame:
-    cols = ["element_id", "timestamp", *feature_names(cfg)[: -2 * len(NEIGHBOUR_INPUTS)],
-            "in_fault", "minutes_to_fault", "label"]
+    cols = [
+        "element_id",
+        "timestamp",
+        *feature_names(cfg)[: -2 * len(NEIGHBOUR_INPUTS)],
+        "in_fault",
+        "minutes_to_fault",
+        "label",
+    ]
     return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols}).astype(
-        {"element_id": "string", "timestamp": "datetime64[us, UTC]"})
+        {"element_id": "string", "timestamp": "datetime64[us, UTC]"}
+    )
 
 
 def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, backend: str, out: Path) -> dict:
@@ -175,8 +182,9 @@ def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, back
 
     with dask.config.set({"dataframe.backend": backend}):
         kpi = dd.read_parquet(str(lake / "kpi"), columns=["element_id", "timestamp", *KPI_VALUES])
-        alarms = dd.read_parquet(str(lake / "alarms"), columns=["element_id", "timestamp", "severity",
-                                                                 "alarm_type"]).compute()
+        alarms = dd.read_parquet(
+            str(lake / "alarms"), columns=["element_id", "timestamp", "severity", "alarm_type"]
+        ).compute()
         alarms = alarms.to_pandas() if hasattr(alarms, "to_pandas") else alarms
         faults = fault_table(alarms)
         buckets = alarm_buckets(alarms)
@@ -186,11 +194,12 @@ def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, back
         joined = joined.fillna({f"n_{s}": 0 for s in PRECURSOR_SEVERITIES})
         nparts = max(1, min(kpi.npartitions, 8 * max(1, len(client.scheduler_info()["workers"]))))
         by_element = joined.shuffle("element_id", npartitions=nparts)
-        meta = element_features(joined._meta.to_pandas() if hasattr(joined._meta, "to_pandas") else joined._meta,
-                                faults, cfg, "pandas")
+        meta = element_features(
+            joined._meta.to_pandas() if hasattr(joined._meta, "to_pandas") else joined._meta, faults, cfg, "pandas"
+        )
         per_element = by_element.map_partitions(
-            lambda p: element_features(p.to_pandas() if hasattr(p, "to_pandas") else p, faults, cfg, backend),
-            meta=meta)
+            lambda p: element_features(p.to_pandas() if hasattr(p, "to_pandas") else p, faults, cfg, backend), meta=meta
+        )
         by_time = per_element.shuffle("timestamp", npartitions=nparts)
         meta2 = neighbour_features(meta, topo, "pandas")
         final = by_time.map_partitions(neighbour_features, topo, backend, meta=meta2)
@@ -202,5 +211,10 @@ def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, back
     rows_in = int(dd.read_parquet(str(lake / "kpi"), columns=["element_id"]).shape[0].compute())
     if rows_in != rows_out:
         raise RuntimeError(f"features changed the row count: {rows_in} KPI rows in, {rows_out} feature rows out")
-    return {"rows_in": rows_in, "rows_out": rows_out, "rows_quarantined": 0, "positives": int(labels),
-            "faults_in_alarm_log": int((faults["alarm_type"] == FAULT_ALARM).sum())}
+    return {
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "rows_quarantined": 0,
+        "positives": int(labels),
+        "faults_in_alarm_log": int((faults["alarm_type"] == FAULT_ALARM).sum()),
+    }

@@ -39,8 +39,7 @@ def split_rows(df, rules: list[Rule], key: tuple[str, ...]):
     bad = F.greatest(*[F.col(c) for c in reasons]) if len(reasons) > 1 else F.col(reasons[0])
     flagged = flagged.withColumn("_bad", bad)
     w = Window.partitionBy(*key).orderBy(F.col("_source_file").desc(), F.col("_seq").desc())
-    ranked = flagged.withColumn(
-        "_rank", F.when(~F.col("_bad"), F.row_number().over(w)).otherwise(F.lit(None)))
+    ranked = flagged.withColumn("_rank", F.when(~F.col("_bad"), F.row_number().over(w)).otherwise(F.lit(None)))
     ranked = ranked.withColumn("duplicate", F.coalesce(F.col("_rank") > 1, F.lit(False)))
     reasons.append("duplicate")
     reason_list = F.concat_ws(",", *[F.when(F.col(c), F.lit(c)) for c in reasons])
@@ -51,10 +50,14 @@ def split_rows(df, rules: list[Rule], key: tuple[str, ...]):
 
 def _write(df, path: Path, cfg: IngestConfig, partition: str = "date") -> None:
     block = cfg.parquet_block_size_mb * 1024 * 1024
-    (df.repartition(partition).sortWithinPartitions(*[c for c in ("element_id", "timestamp") if c in df.columns])
-       .write.mode("error")
-       .option("maxRecordsPerFile", max(1, block // EST_BYTES_PER_ROW))
-       .partitionBy(partition).parquet(str(path)))
+    (
+        df.repartition(partition)
+        .sortWithinPartitions(*[c for c in ("element_id", "timestamp") if c in df.columns])
+        .write.mode("error")
+        .option("maxRecordsPerFile", max(1, block // EST_BYTES_PER_ROW))
+        .partitionBy(partition)
+        .parquet(str(path))
+    )
 
 
 def _parquet_facts(path: Path) -> dict[str, Any]:
@@ -72,8 +75,16 @@ def _parquet_facts(path: Path) -> dict[str, Any]:
     }
 
 
-def ingest_source(spark, df, rules: list[Rule], key: tuple[str, ...], columns: tuple[str, ...],
-                  out: Path, name: str, cfg: IngestConfig) -> dict[str, Any]:
+def ingest_source(
+    spark,
+    df,
+    rules: list[Rule],
+    key: tuple[str, ...],
+    columns: tuple[str, ...],
+    out: Path,
+    name: str,
+    cfg: IngestConfig,
+) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     df = df.persist()
@@ -83,7 +94,8 @@ def ingest_source(spark, df, rules: list[Rule], key: tuple[str, ...], columns: t
     _write(clean, out / name, cfg)
     q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, "_source_file", *reasons, "reasons"]
     quarantine = quarantine.select(*q_cols).withColumn(
-        "date", F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown")))
+        "date", F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown"))
+    )
     _write(quarantine, out / "quarantine" / name, cfg)
     out_facts = _parquet_facts(out / name)
     q = spark.read.parquet(str(out / "quarantine" / name))
@@ -92,19 +104,40 @@ def ingest_source(spark, df, rules: list[Rule], key: tuple[str, ...], columns: t
     df.unpersist()
     if rows_in != out_facts["rows"] + rows_q:
         raise RuntimeError(f"ingest lost rows in {name}: in={rows_in} out={out_facts['rows']} quarantined={rows_q}")
-    return {"rows_in": rows_in, "rows_out": out_facts["rows"], "rows_quarantined": rows_q,
-            "quarantine_by_reason": {k: int(v or 0) for k, v in by_reason.items()}, "parquet": out_facts,
-            "schema": clean.schema.jsonValue()}
+    return {
+        "rows_in": rows_in,
+        "rows_out": out_facts["rows"],
+        "rows_quarantined": rows_q,
+        "quarantine_by_reason": {k: int(v or 0) for k, v in by_reason.items()},
+        "parquet": out_facts,
+        "schema": clean.schema.jsonValue(),
+    }
 
 
 def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[str, Any]:
     topo = layout.topology()
     ids = list(topo.element_ids)
     sources = {
-        "kpi": ingest_source(spark, read_kpi(spark, layout), kpi_rules(ids, layout.start, layout.end),
-                             KEYS["kpi"], KPI_NAMES, out, "kpi", cfg),
-        "alarms": ingest_source(spark, read_alarms(spark, layout), alarm_rules(ids, layout.start, layout.end),
-                                KEYS["alarms"], ALARM_NAMES, out, "alarms", cfg),
+        "kpi": ingest_source(
+            spark,
+            read_kpi(spark, layout),
+            kpi_rules(ids, layout.start, layout.end),
+            KEYS["kpi"],
+            KPI_NAMES,
+            out,
+            "kpi",
+            cfg,
+        ),
+        "alarms": ingest_source(
+            spark,
+            read_alarms(spark, layout),
+            alarm_rules(ids, layout.start, layout.end),
+            KEYS["alarms"],
+            ALARM_NAMES,
+            out,
+            "alarms",
+            cfg,
+        ),
     }
     (out / "topology.json").write_bytes(layout.topology_file.read_bytes())
     return {

@@ -7,7 +7,7 @@ import csv
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from .errors import DataRejected
@@ -40,9 +40,11 @@ class RawLayout:
         try:
             return Topology.read(self.topology_file)
         except (KeyError, ValueError, TypeError) as exc:
-            raise DataRejected(f"{self.topology_file}: not a valid topology export ({exc}); expected "
-                               "{'elements': [{'element_id', 'name'}], 'links': [{'a', 'b'}]}",
-                               file=str(self.topology_file)) from None
+            raise DataRejected(
+                f"{self.topology_file}: not a valid topology export ({exc}); expected "
+                "{'elements': [{'element_id', 'name'}], 'links': [{'a', 'b'}]}",
+                file=str(self.topology_file),
+            ) from None
 
 
 def discover(raw: Path) -> RawLayout:
@@ -58,9 +60,8 @@ def discover(raw: Path) -> RawLayout:
     for p in (*kpi, *alarms):
         m = _DAY.search(p.name)
         if not m:
-            raise DataRejected(f"{p}: file name does not carry its day (expected *_YYYY-MM-DD.csv|jsonl)",
-                               file=str(p))
-        days.append(datetime.fromisoformat(m.group(1)).replace(tzinfo=timezone.utc))
+            raise DataRejected(f"{p}: file name does not carry its day (expected *_YYYY-MM-DD.csv|jsonl)", file=str(p))
+        days.append(datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC))
     return RawLayout(raw, kpi, alarms, topo, min(days), max(days) + timedelta(days=1))
 
 
@@ -74,7 +75,9 @@ def _check_utf8(path: Path) -> None:
             except UnicodeDecodeError as exc:
                 raise DataRejected(
                     f"{path}: undecodable bytes at byte offset {offset + exc.start} (expected UTF-8 text)",
-                    file=str(path), expected="UTF-8") from None
+                    file=str(path),
+                    expected="UTF-8",
+                ) from None
             offset += len(chunk)
         try:
             dec.decode(b"", final=True)
@@ -104,7 +107,11 @@ def _check_columns(path: Path, rows: list[dict], columns) -> None:
         if len(bad) > 0.5 * len(values):
             raise DataRejected(
                 f"{path}: column '{col.name}' has the wrong type: {len(bad)} of the first {len(values)} values "
-                f"are not {col.kind} (e.g. {bad[0]!r})", file=str(path), column=col.name, expected=col.kind)
+                f"are not {col.kind} (e.g. {bad[0]!r})",
+                file=str(path),
+                column=col.name,
+                expected=col.kind,
+            )
 
 
 def check_kpi_file(path: Path) -> None:
@@ -119,11 +126,15 @@ def check_kpi_file(path: Path) -> None:
         extra = [c for c in header if c not in KPI_NAMES]
         if missing or extra or header != list(KPI_NAMES):
             detail = (f"missing column(s) {missing}" if missing else "") + (
-                f"{'; ' if missing else ''}unexpected column(s) {extra}" if extra else "")
+                f"{'; ' if missing else ''}unexpected column(s) {extra}" if extra else ""
+            )
             raise DataRejected(
                 f"{path}: header does not match the KPI export schema: {detail or 'columns out of order'}; "
-                f"expected {','.join(KPI_NAMES)}", file=str(path), column=(missing or extra or [None])[0],
-                expected=",".join(KPI_NAMES))
+                f"expected {','.join(KPI_NAMES)}",
+                file=str(path),
+                column=(missing or extra or [None])[0],
+                expected=",".join(KPI_NAMES),
+            )
         sample, data_rows = [], 0
         for row in reader:
             data_rows += 1
@@ -157,12 +168,19 @@ def check_alarm_file(path: Path) -> None:
     if lines == 0:
         return  # a quiet day has no alarms; an empty alarm source as a whole is checked by the caller
     if not sample:
-        raise DataRejected(f"{path}: none of the first lines is a JSON object (expected JSON lines)",
-                           file=str(path), expected="JSON lines")
+        raise DataRejected(
+            f"{path}: none of the first lines is a JSON object (expected JSON lines)",
+            file=str(path),
+            expected="JSON lines",
+        )
     for col in ALARM_NAMES:
         if all(col not in r for r in sample):
-            raise DataRejected(f"{path}: field '{col}' missing from every record (expected {list(ALARM_NAMES)})",
-                               file=str(path), column=col, expected=",".join(ALARM_NAMES))
+            raise DataRejected(
+                f"{path}: field '{col}' missing from every record (expected {list(ALARM_NAMES)})",
+                file=str(path),
+                column=col,
+                expected=",".join(ALARM_NAMES),
+            )
     _check_columns(path, sample, ALARM_COLUMNS)
 
 
@@ -182,8 +200,9 @@ def check_files(layout: RawLayout) -> dict[str, int]:
 def _spark_type(kind: str):
     from pyspark.sql import types as T
 
-    return {"string": T.StringType(), "timestamp": T.TimestampType(), "double": T.DoubleType(),
-            "long": T.LongType()}[kind]
+    return {"string": T.StringType(), "timestamp": T.TimestampType(), "double": T.DoubleType(), "long": T.LongType()}[
+        kind
+    ]
 
 
 def spark_schema(columns, corrupt: bool = True):
@@ -200,8 +219,13 @@ def read_kpi(spark, layout: RawLayout):
     from pyspark.sql import functions as F
 
     df = spark.read.csv(
-        [str(p) for p in layout.kpi_files], header=True, schema=spark_schema(KPI_COLUMNS), mode="PERMISSIVE",
-        columnNameOfCorruptRecord=CORRUPT, timestampFormat="yyyy-MM-dd'T'HH:mm:ssX", enforceSchema=False,
+        [str(p) for p in layout.kpi_files],
+        header=True,
+        schema=spark_schema(KPI_COLUMNS),
+        mode="PERMISSIVE",
+        columnNameOfCorruptRecord=CORRUPT,
+        timestampFormat="yyyy-MM-dd'T'HH:mm:ssX",
+        enforceSchema=False,
     )
     return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())
 
@@ -212,7 +236,10 @@ def read_alarms(spark, layout: RawLayout):
     if not layout.alarm_files:
         return None
     df = spark.read.json(
-        [str(p) for p in layout.alarm_files], schema=spark_schema(ALARM_COLUMNS), mode="PERMISSIVE",
-        columnNameOfCorruptRecord=CORRUPT, timestampFormat="yyyy-MM-dd'T'HH:mm:ssX",
+        [str(p) for p in layout.alarm_files],
+        schema=spark_schema(ALARM_COLUMNS),
+        mode="PERMISSIVE",
+        columnNameOfCorruptRecord=CORRUPT,
+        timestampFormat="yyyy-MM-dd'T'HH:mm:ssX",
     )
     return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())

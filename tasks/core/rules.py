@@ -23,8 +23,12 @@ class Rule:
     @property
     def reason(self) -> str:
         """Quarantine reason column for this rule, e.g. ``null_cpu_util``."""
-        prefix = {"not_null": "null", "range": "out_of_range", "value_set": "not_in_set",
-                  "in_window": "outside_window"}[self.kind]
+        prefix = {
+            "not_null": "null",
+            "range": "out_of_range",
+            "value_set": "not_in_set",
+            "in_window": "outside_window",
+        }[self.kind]
         return f"{prefix}_{self.column}"
 
     def violation(self):
@@ -52,21 +56,24 @@ class Rule:
             return E.ExpectColumnValuesToNotBeNull(column=self.column, meta=meta)
         if self.kind == "range":
             return E.ExpectColumnValuesToBeBetween(
-                column=self.column, min_value=self.params["min"], max_value=self.params["max"], meta=meta)
+                column=self.column, min_value=self.params["min"], max_value=self.params["max"], meta=meta
+            )
         if self.kind == "value_set":
-            return E.ExpectColumnValuesToBeInSet(column=self.column, value_set=list(self.params["values"]),
-                                                 meta=meta)
+            return E.ExpectColumnValuesToBeInSet(column=self.column, value_set=list(self.params["values"]), meta=meta)
         if self.kind == "in_window":
             return E.ExpectColumnValuesToBeBetween(
-                column=self.column, min_value=self.params["start"], max_value=self.params["end"],
-                strict_max=True, meta=meta)
+                column=self.column,
+                min_value=self.params["start"],
+                max_value=self.params["end"],
+                strict_max=True,
+                meta=meta,
+            )
         raise ValueError(self.kind)
 
 
 def kpi_rules(elements: list[str], start: datetime, end: datetime) -> list[Rule]:
     rules = [Rule("kpi", "not_null", c.name) for c in KPI_COLUMNS]
-    rules += [Rule("kpi", "range", c.name, {"min": c.min, "max": c.max}) for c in KPI_COLUMNS
-              if c.min is not None]
+    rules += [Rule("kpi", "range", c.name, {"min": c.min, "max": c.max}) for c in KPI_COLUMNS if c.min is not None]
     rules.append(Rule("kpi", "value_set", "element_id", {"values": tuple(elements)}))
     rules.append(Rule("kpi", "in_window", "timestamp", {"start": start, "end": end}))
     return rules

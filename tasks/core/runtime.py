@@ -72,8 +72,13 @@ def _probe_nvml() -> tuple[list[GPU], str | None, str, list[str]]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(h)
-            gpus.append(GPU(i, name.decode() if isinstance(name, bytes) else name,
-                            round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1)))
+            gpus.append(
+                GPU(
+                    i,
+                    name.decode() if isinstance(name, bytes) else name,
+                    round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),
+                )
+            )
         return gpus, driver.decode() if isinstance(driver, bytes) else driver, "nvml", []
     finally:
         pynvml.nvmlShutdown()
@@ -85,7 +90,10 @@ def _probe_nvidia_smi() -> tuple[list[GPU], str | None, str]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return [], None, "none"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -134,7 +134,7 @@ def _simulate_day(
     topo: Topology, adj: sp.csr_matrix, s: _State, rng: np.random.Generator, day: date
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
     n, steps = topo.n, STEPS_PER_DAY
-    t0 = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    t0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
     drift = np.zeros((steps, n))
     down = np.zeros((steps, n), dtype=bool)
     faults: list[dict] = []
@@ -227,8 +227,9 @@ def _alarm_frame(topo, rows, t0, rng) -> pd.DataFrame:
     jitter = rng.integers(0, STEP_MINUTES * 60, len(rows)) if rows else np.zeros(0, dtype=int)
     ts = [t0 + timedelta(minutes=STEP_MINUTES * t, seconds=int(j)) for (t, *_), j in zip(rows, jitter)]
     # a fault alarm is stamped at the step of the onset (no jitter) so labels align with KPIs
-    ts = [t0 + timedelta(minutes=STEP_MINUTES * r[0]) if r[3] in ("NODE_DOWN", "NODE_UP") else x
-          for r, x in zip(rows, ts)]
+    ts = [
+        t0 + timedelta(minutes=STEP_MINUTES * r[0]) if r[3] in ("NODE_DOWN", "NODE_UP") else x for r, x in zip(rows, ts)
+    ]
     return pd.DataFrame(
         {
             "alarm_id": [""] * len(rows),

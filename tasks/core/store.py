@@ -134,3 +134,9 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def published(root: Path, stage: str, fp: str) -> StageOutput:
+    """The output this run just published (``cached=False``)."""
+    d = stage_dir(root, stage, fp)
+    return StageOutput(stage, fp, d, False, read_manifest(d))

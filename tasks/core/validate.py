@@ -38,8 +38,14 @@ def _run_suite(context, source, name: str, expectations: list, df, actions: list
     batch = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("all")
     suite = _suite(context, name, expectations)
     vd = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
-    cp = context.checkpoints.add(gx.Checkpoint(name=f"{name}_checkpoint", validation_definitions=[vd],
-                                               actions=actions, result_format={"result_format": "SUMMARY"}))
+    cp = context.checkpoints.add(
+        gx.Checkpoint(
+            name=f"{name}_checkpoint",
+            validation_definitions=[vd],
+            actions=actions,
+            result_format={"result_format": "SUMMARY"},
+        )
+    )
     result = cp.run(batch_parameters={"dataframe": df})
     (run_result,) = result.run_results.values()
     return run_result.to_json_dict() | {"_success": bool(result.success)}
@@ -49,14 +55,16 @@ def _summarise(result: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for r in result["results"]:
         cfg = r["expectation_config"]
-        out.append({
-            "expectation": cfg["type"],
-            "column": cfg["kwargs"].get("column") or cfg["kwargs"].get("column_list"),
-            "reason": (cfg.get("meta") or {}).get("reason"),
-            "success": r["success"],
-            "unexpected_count": (r.get("result") or {}).get("unexpected_count"),
-            "observed_value": (r.get("result") or {}).get("observed_value"),
-        })
+        out.append(
+            {
+                "expectation": cfg["type"],
+                "column": cfg["kwargs"].get("column") or cfg["kwargs"].get("column_list"),
+                "reason": (cfg.get("meta") or {}).get("reason"),
+                "success": r["success"],
+                "unexpected_count": (r.get("result") or {}).get("unexpected_count"),
+                "observed_value": (r.get("result") or {}).get("observed_value"),
+            }
+        )
     return out
 
 
@@ -68,13 +76,14 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
     files = check_files(layout)
     topo = layout.topology()
     frames = {"kpi": read_kpi(spark, layout).cache(), "alarms": read_alarms(spark, layout)}
-    rules = {"kpi": kpi_rules(list(topo.element_ids), layout.start, layout.end),
-             "alarms": alarm_rules(list(topo.element_ids), layout.start, layout.end)}
+    rules = {
+        "kpi": kpi_rules(list(topo.element_ids), layout.start, layout.end),
+        "alarms": alarm_rules(list(topo.element_ids), layout.start, layout.end),
+    }
     for source, df in frames.items():
         if df is None or df.count() == 0:
             where = layout.root / source
-            raise DataRejected(f"{where}: the {source} source is empty (expected at least one row)",
-                               file=str(where))
+            raise DataRejected(f"{where}: the {source} source is empty (expected at least one row)", file=str(where))
     frames["alarms"] = frames["alarms"].cache()
     context = gx.get_context(mode="file", project_root_dir=str(out_dir))
     context.variables.progress_bars = {"globally": False, "metric_calculations": False}
@@ -84,22 +93,36 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
     E = gx.expectations
     results, counts, summary = {}, {}, {}
     for source, df in frames.items():
-        file_exps = [E.ExpectTableRowCountToBeBetween(min_value=1),
-                     E.ExpectColumnValuesToBeNull(column=CORRUPT, meta={"reason": "malformed"})]
+        file_exps = [
+            E.ExpectTableRowCountToBeBetween(min_value=1),
+            E.ExpectColumnValuesToBeNull(column=CORRUPT, meta={"reason": "malformed"}),
+        ]
         results[f"{source}_file"] = _run_suite(context, src, f"{source}_file", file_exps, df, actions)
         parsed = df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT)
         row_exps = [r.expectation() for r in rules[source]]
         key = list(KEYS[source])
-        row_exps.append(E.ExpectCompoundColumnsToBeUnique(column_list=key) if len(key) > 1
-                        else E.ExpectColumnValuesToBeUnique(column=key[0]))
+        row_exps.append(
+            E.ExpectCompoundColumnsToBeUnique(column_list=key)
+            if len(key) > 1
+            else E.ExpectColumnValuesToBeUnique(column=key[0])
+        )
         results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions)
         counts[source] = rule_counts(df, rules[source])
         counts[source]["malformed"] = df.filter(F.col(CORRUPT).isNotNull()).count()
         summary[source] = {"rows": df.count()}
     topo_df = spark.createDataFrame([(e,) for e in topo.element_ids], "element_id string")
-    results["topology"] = _run_suite(context, src, "topology", [
-        E.ExpectTableRowCountToBeBetween(min_value=1), E.ExpectColumnValuesToNotBeNull(column="element_id"),
-        E.ExpectColumnValuesToBeUnique(column="element_id")], topo_df, actions)
+    results["topology"] = _run_suite(
+        context,
+        src,
+        "topology",
+        [
+            E.ExpectTableRowCountToBeBetween(min_value=1),
+            E.ExpectColumnValuesToNotBeNull(column="element_id"),
+            E.ExpectColumnValuesToBeUnique(column="element_id"),
+        ],
+        topo_df,
+        actions,
+    )
     _cross_check(results, counts)
     for df in frames.values():
         df.unpersist()
@@ -122,10 +145,10 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
 def _cross_check(results: dict[str, Any], counts: dict[str, dict[str, int]]) -> None:
     """GX's unexpected counts and the Spark rule predicates must agree rule for rule."""
     for source, by_reason in counts.items():
-        gx_counts = {e["reason"]: e["unexpected_count"] for e in _summarise(results[f"{source}_rows"])
-                     if e["reason"]}
-        gx_counts["malformed"] = next(e["unexpected_count"] for e in _summarise(results[f"{source}_file"])
-                                      if e["reason"] == "malformed")
+        gx_counts = {e["reason"]: e["unexpected_count"] for e in _summarise(results[f"{source}_rows"]) if e["reason"]}
+        gx_counts["malformed"] = next(
+            e["unexpected_count"] for e in _summarise(results[f"{source}_file"]) if e["reason"] == "malformed"
+        )
         for reason, n in gx_counts.items():
             if reason in by_reason and n is not None and int(n) != by_reason[reason]:
                 raise RuntimeError(f"validation disagrees on {source}.{reason}: GX {n}, Spark {by_reason[reason]}")

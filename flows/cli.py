@@ -1,0 +1,158 @@
+"""``faultline``: simulate, run the pipeline, and (later subcommands) check, doctor, bench.
+
+Exit codes: 0 success, 2 input data rejected (or a bad config), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAIL, EXIT_REJECTED = 0, 1, 2
+
+
+def _print_json(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj, default=str), flush=True)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from tasks.core.simulate import simulate
+    from tasks.core.topology import TopologyError
+
+    try:
+        with tqdm(total=args.days, desc=f"simulate {args.topology}", unit="day") as bar:
+            s = simulate(
+                args.topology,
+                args.days,
+                args.seed,
+                Path(args.out),
+                args.dirt,
+                args.start,
+                progress=lambda d, n: bar.update(1),
+            )
+    except TopologyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REJECTED
+    out = {
+        "out": str(s.out),
+        "topology": s.topology,
+        "elements": s.elements,
+        "days": s.days,
+        "kpi_rows": s.kpi_rows,
+        "alarm_rows": s.alarm_rows,
+        "faults": s.faults,
+        "dirt": s.dirt,
+    }
+    _print_json(out) if args.json else print(json.dumps(out, indent=1))
+    return EXIT_OK
+
+
+def _human_summary(s: dict[str, Any], wall: float) -> str:
+    lines = [
+        f"Faultline run {s.get('run_id')} ({s.get('profile')}): {s['status']} in {wall:.0f} s",
+        "",
+        f"{'stage':<10} {'cached':<7} {'rows in':>10} {'rows out':>10} {'quarant.':>9}  output",
+    ]
+    for name, st in s["stages"].items():
+        lines.append(
+            f"{name:<10} {str(st['cached']):<7} {st['rows_in'] or 0:>10} {st['rows_out'] or 0:>10} "
+            f"{st['rows_quarantined'] or 0:>9}  {st['output']}"
+        )
+    m = s.get("metrics") or {}
+    if m:
+        lines += ["", "held-out metrics        model    tree-baseline   threshold-rule"]
+        for k in ("pr_auc", "roc_auc", "f1", "recall_at_p90", "mean_lead_time_min"):
+            lines.append(
+                f"  {k:<20} {m.get(k, float('nan')):>8.4f}   {m.get('baseline_' + k, float('nan')):>8.4f}"
+                f"        {m.get('rule_' + k, float('nan')):>8.4f}"
+            )
+    lines += ["", f"MLflow run: {s.get('mlflow_run_id')}  ({s.get('tracking_uri')})"]
+    if s.get("registered_model"):
+        lines.append(f"registered model: {s['registered_model']}")
+    if s.get("data_docs"):
+        lines.append(f"GX Data Docs: {s['data_docs']}")
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from flows.pipeline import fault_prediction_pipeline
+    from tasks.core.config import ConfigError, load_config, parse_overrides
+    from tasks.core.errors import DataRejected
+
+    try:
+        load_config(args.profile, args.set)  # fail fast, before any engine starts
+        parse_overrides(args.set)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if args.json:
+            _print_json({"status": "rejected", "error": str(exc)})
+        return EXIT_REJECTED
+    started = time.time()
+    try:
+        summary = fault_prediction_pipeline(
+            profile=args.profile,
+            overrides=list(args.set or []),
+            raw=args.raw,
+            lake=args.lake,
+            start_from=args.start_from,
+            until=args.until,
+            force=args.force,
+        )
+    except DataRejected as exc:
+        print(f"error: input data rejected: {exc}", file=sys.stderr)
+        if args.json:
+            _print_json({"status": "rejected", "error": str(exc), "file": exc.file, "column": exc.column})
+        return EXIT_REJECTED
+    except Exception as exc:
+        print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if args.json:
+            _print_json({"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        return EXIT_FAIL
+    print(_human_summary(summary, time.time() - started), flush=True)
+    if args.json:
+        _print_json(summary)
+    return EXIT_OK if summary["status"] == "completed" else EXIT_FAIL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="faultline", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("simulate", help="write simulated NMS exports over a real topology")
+    s.add_argument("--topology", default="topozoo/Geant2012", help="topohub key, e.g. topozoo/Abilene")
+    s.add_argument("--days", type=int, default=7)
+    s.add_argument("--seed", type=int, default=7)
+    s.add_argument("--dirt", type=float, default=0.0, help="fraction of rows made dirty (e.g. 0.01)")
+    s.add_argument("--start", default="2026-01-05", help="first day, YYYY-MM-DD")
+    s.add_argument("--out", required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_simulate)
+    r = sub.add_parser("run", help="run the pipeline flow")
+    r.add_argument("--profile", default="local")
+    r.add_argument("--raw", help="raw exports directory (default: simulate the profile's workload)")
+    r.add_argument(
+        "--from", dest="start_from", default="validate", choices=["validate", "ingest", "features", "train", "evaluate"]
+    )
+    r.add_argument("--lake", help="existing ingest output (with --from features)")
+    r.add_argument("--until", default="evaluate", choices=["validate", "ingest", "features", "train", "evaluate"])
+    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    r.add_argument("--force", action="store_true", help="recompute every stage")
+    r.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

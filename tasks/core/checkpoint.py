@@ -1,0 +1,51 @@
+"""Atomic epoch checkpoints: temporary file, fsync, rename, then a completion marker."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def save_checkpoint(ckpt_dir: Path, epoch: int, state: dict[str, Any], fingerprint: str) -> Path:
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"epoch_{epoch:04d}.pt"
+    tmp = ckpt_dir / f".epoch_{epoch:04d}.pt.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save({**state, "epoch": epoch, "fingerprint": fingerprint}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    marker = final.with_suffix(".done")
+    with open(marker, "w") as f:
+        json.dump({"epoch": epoch, "fingerprint": fingerprint}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    dfd = os.open(ckpt_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return final
+
+
+def latest_checkpoint(ckpt_dir: Path, fingerprint: str) -> Path | None:
+    """Newest checkpoint with a completion marker whose data fingerprint matches."""
+    if not ckpt_dir.is_dir():
+        return None
+    for marker in sorted(ckpt_dir.glob("epoch_*.done"), reverse=True):
+        try:
+            meta = json.loads(marker.read_text())
+        except (json.JSONDecodeError, OSError):
+            continue
+        path = marker.with_suffix(".pt")
+        if meta.get("fingerprint") == fingerprint and path.is_file():
+            return path
+    return None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=False)

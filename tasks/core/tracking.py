@@ -1,0 +1,98 @@
+"""MLflow behind a small seam: one run per pipeline run; stages log into it by run id."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
+
+def tracking_uri(configured: str | None, root: Path) -> str:
+    if configured:
+        return configured
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
+class Tracker:
+    """The real MLflow implementation (tests may pass a fake with the same methods)."""
+
+    def __init__(self, uri: str, experiment: str, artifact_root: Path | None = None) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self.mlflow, self.uri = mlflow, uri
+        mlflow.set_tracking_uri(uri)
+        self.client = MlflowClient(uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None:
+            location = Path(artifact_root).resolve().as_uri() if artifact_root else None
+            exp_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            exp_id = exp.experiment_id
+        self.experiment_id = exp_id
+
+    def start_run(self, name: str, tags: dict[str, str]) -> str:
+        return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i : i + 100])
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+        import math
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [
+            Metric(k, float(v), now, step or 0)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+        ]
+        for i in range(0, len(items), 500):
+            self.client.log_batch(run_id, metrics=items[i : i + 500])
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(run_id, k, str(v))
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def log_artifacts(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(run_id, str(path), artifact_path)
+
+    def log_torch_model(self, run_id: str, model, example, registered_name: str | None) -> str | None:
+        """Log a serving model with its signature; register it when a name is given. Returns the version."""
+        import mlflow.pytorch
+        import torch
+        from mlflow.models import infer_signature
+
+        model.eval()
+        with torch.no_grad():
+            out = model(example)
+        signature = infer_signature(example.numpy(), out.numpy())
+        with self.mlflow.start_run(run_id=run_id):
+            info = mlflow.pytorch.log_model(
+                model,
+                name="model",
+                signature=signature,
+                serialization_format="pickle",
+                registered_model_name=registered_name,
+            )
+        return str(info.registered_model_version) if registered_name else None
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status)
+
+    def run_url(self, run_id: str) -> str:
+        return f"{self.uri} experiment {self.experiment_id} run {run_id}"
