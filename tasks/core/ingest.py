@@ -58,6 +58,8 @@ def _write(df, path: Path, cfg: IngestConfig, partition: str = "date") -> None:
         .partitionBy(partition)
         .parquet(str(path))
     )
+    if not any(path.rglob("*.parquet")):  # nothing to write: still leave a readable, typed, empty dataset
+        df.limit(0).coalesce(1).write.mode("overwrite").parquet(str(path))
 
 
 def _parquet_facts(path: Path) -> dict[str, Any]:

@@ -143,6 +143,9 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "false",
     }
+    if cfg.master.startswith("local"):  # every server the project starts listens on loopback
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
     if cfg.event_log and event_log_dir is not None:
         event_log_dir.mkdir(parents=True, exist_ok=True)
         conf["spark.eventLog.enabled"] = "true"
@@ -191,6 +194,7 @@ def spark_session(conf: dict[str, str]):
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     for k, v in conf.items():
         builder = builder.config(k, v)

@@ -1,0 +1,49 @@
+import pytest
+from pydantic import ValidationError
+
+from tasks.core.config import ConfigError, load_config, parse_overrides
+
+
+def test_profiles_load_and_differ():
+    local, gpu, dgx = load_config("local"), load_config("gpu"), load_config("dgx")
+    assert local.features.cluster == "local" and gpu.features.cluster == "cuda"
+    assert dgx.features.protocol == "ucx" and local.train.engine == "horovod"
+
+
+def test_overrides_are_typed():
+    cfg = load_config("local", ["train.epochs=3", "features.windows=[4, 2]", "workload.topology=topozoo/Abilene"])
+    assert cfg.train.epochs == 3
+    assert cfg.features.windows == (2, 4)
+    assert cfg.workload.topology == "topozoo/Abilene"
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.epoch'"):
+        load_config("local", ["train.epoch=3"])
+
+
+def test_unknown_section_is_named():
+    with pytest.raises(ConfigError, match=r"unknown key 'trian'"):
+        load_config("local", ["trian.epochs=3"])
+
+
+def test_bad_value_names_key_and_value():
+    with pytest.raises(ConfigError, match=r"train\.epochs: .*'abc'"):
+        load_config("local", ["train.epochs=abc"])
+    with pytest.raises(ConfigError, match=r"workload\.dirt"):
+        load_config("local", ["workload.dirt=3"])
+
+
+def test_malformed_override_and_missing_profile():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_overrides(["epochs"])
+    with pytest.raises(ConfigError, match="known profiles"):
+        load_config("nope")
+
+
+def test_config_is_frozen_and_flattens():
+    cfg = load_config("local")
+    with pytest.raises(ValidationError):
+        cfg.train.epochs = 1
+    flat = cfg.flat()
+    assert flat["train.engine"] == "horovod" and "validate.max_quarantine_rate" in flat

@@ -1,0 +1,42 @@
+import pytest
+
+from tasks.core.store import MANIFEST, completed, fingerprint, publish_manifest, staging
+
+
+def test_fingerprint_is_stable_and_sensitive():
+    assert fingerprint("a", {"x": 1, "y": 2}) == fingerprint("a", {"y": 2, "x": 1})
+    assert fingerprint("a", {"x": 1}) != fingerprint("a", {"x": 2})
+
+
+def test_staging_publishes_only_when_complete(tmp_path):
+    with staging(tmp_path, "stage", "fp1") as tmp:
+        (tmp / "data.txt").write_text("ok")
+        assert completed(tmp_path, "stage", "fp1") is None  # nothing visible yet
+        publish_manifest(tmp, {"rows_out": 1})
+    done = completed(tmp_path, "stage", "fp1")
+    assert done is not None and (done.path / "data.txt").read_text() == "ok"
+    assert done.manifest["rows_out"] == 1
+
+
+def test_failed_stage_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"):
+        with staging(tmp_path, "stage", "fp2") as tmp:
+            (tmp / "half.txt").write_text("half")
+            raise RuntimeError("boom")
+    assert completed(tmp_path, "stage", "fp2") is None
+    assert list((tmp_path / "stage").iterdir()) == []
+
+
+def test_missing_manifest_is_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="no manifest"):
+        with staging(tmp_path, "stage", "fp3") as tmp:
+            (tmp / "x").write_text("x")
+    assert not (tmp_path / "stage" / "fp3" / MANIFEST).exists()
+
+
+def test_stale_tmp_of_dead_process_is_cleared(tmp_path):
+    stale = tmp_path / "stage" / ".fp4.tmp-999999999"
+    stale.mkdir(parents=True)
+    with staging(tmp_path, "stage", "fp4") as tmp:
+        publish_manifest(tmp, {})
+    assert not stale.exists()
