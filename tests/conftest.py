@@ -41,3 +41,33 @@ def tiny_raw(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("raw")
     simulate("topozoo/Abilene", 3, 11, out, dirt=0.02)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_lake(spark, tiny_raw, tmp_path_factory) -> Path:
+    from tasks.core.config import load_config
+    from tasks.core.ingest import run_ingest
+    from tasks.core.raw import discover
+
+    out = tmp_path_factory.mktemp("lake")
+    run_ingest(spark, discover(tiny_raw), out, load_config("local").ingest)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_features(tiny_lake, tmp_path_factory) -> Path:
+    from tasks.core.config import load_config
+    from tasks.core.features import build_features
+    from tasks.core.runtime import dask_client
+    from tasks.core.topology import Topology
+
+    cfg = load_config("local").features
+    out = tmp_path_factory.mktemp("features")
+    client = dask_client(cfg, "pandas")
+    try:
+        build_features(client, tiny_lake, Topology.read(tiny_lake / "topology.json"), cfg, "pandas", out)
+    finally:
+        client.close()
+        client.cluster.close()
+    (out / "topology.json").write_bytes((tiny_lake / "topology.json").read_bytes())
+    return out

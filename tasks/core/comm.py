@@ -2,6 +2,10 @@
 
 Horovod: ``hvd.init()``, ``DistributedOptimizer`` averages gradients with allreduce (Gloo on CPU, NCCL
 on GPU). DDP: ``torch.distributed`` (gloo / nccl) launched by ``torchrun``; gradients averaged by DDP.
+
+Order in the loop: ``wrap`` (before any state is loaded, since Horovod's DistributedOptimizer is a new
+optimizer object), build the LR scheduler on the wrapped optimizer, let rank 0 load a checkpoint, then
+``sync`` so every rank starts from rank 0's parameters and optimizer state.
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ class HorovodComm:
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
-        hvd = self.hvd
-        # [dist] every rank starts from rank 0's weights and optimizer state (fresh or resumed)
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         # [dist] gradients are averaged across ranks by allreduce inside optimizer.step()
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-        return model, optimizer
+        return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+    def sync(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        # [dist] every rank starts from rank 0's weights (fresh or resumed)
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        # [dist] and from rank 0's optimizer state (Adam moments and step after a resume). As an object,
+        # so an empty (fresh) state stays empty: broadcast_optimizer_state would take a zero-grad step.
+        optimizer.load_state_dict(self.broadcast_object(optimizer.state_dict()))
 
     def mean(self, value: float) -> float:
         # [dist] metric averaged over ranks so rank 0 logs the global figure
@@ -58,13 +64,15 @@ class DDPComm:
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        # [dist] optimizer state (possibly resumed on rank 0) broadcast like Horovod does
-        state = [optimizer.state_dict() if self.rank == 0 else None]
-        self.dist.broadcast_object_list(state, src=0)
-        optimizer.load_state_dict(state[0])
         ids = [self.local_rank] if self.backend == "nccl" else None
-        # [dist] DDP broadcasts rank 0's parameters at construction and averages gradients in backward
+        # [dist] DDP averages gradients across ranks during backward
         return DDP(model, device_ids=ids), optimizer
+
+    def sync(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        with torch.no_grad():
+            for t in model.state_dict().values():  # [dist] rank 0's (possibly resumed) weights everywhere
+                self.dist.broadcast(t, src=0)
+        optimizer.load_state_dict(self.broadcast_object(optimizer.state_dict()))  # [dist] and its optimizer state
 
     def mean(self, value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64)

@@ -73,6 +73,7 @@ def main(spec_path: str) -> int:
 
     model = FaultGNN(x.shape[2], cfg["hidden"], cfg["layers"]).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"] * size)  # [dist] LR scaled by world size
+    net, optimizer = comm.wrap(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg["epochs"])
     ckpt_dir, out_dir = Path(spec["checkpoints"]), Path(spec["out"])
     history: list[dict] = []
@@ -87,10 +88,11 @@ def main(spec_path: str) -> int:
             torch.set_rng_state(state["torch_rng"])
             np.random.set_state(state["numpy_rng"])
             history, start_epoch = state["history"], state["epoch"] + 1
+    comm.sync(model, optimizer)  # [dist] rank 0's parameters and optimizer state on every rank
     start_epoch = comm.broadcast_object(start_epoch)  # [dist] every rank resumes at the same epoch
     history = comm.broadcast_object(history)
-    scheduler.last_epoch = start_epoch - 1 if start_epoch else scheduler.last_epoch
-    net, optimizer = comm.wrap(model, optimizer)
+    # [dist] the LR schedule's position too, or ranks would step with different learning rates
+    scheduler.load_state_dict(comm.broadcast_object(scheduler.state_dict()))
 
     per_rank = len(train_t) // size
     steps = max(1, math.ceil(per_rank / batch))
