@@ -121,7 +121,8 @@ def staging(root: Path, stage: str, fp: str) -> Iterator[Path]:
 
 
 def publish_manifest(tmp: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    body = {"written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **manifest}
+    fp = tmp.name[1:].split(".tmp-")[0]  # staging() names the directory .<fingerprint>.tmp-<pid>
+    body = {"written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "fingerprint": fp, **manifest}
     write_json_atomic(tmp / MANIFEST, body)
     return body
 

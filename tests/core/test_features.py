@@ -23,8 +23,7 @@ def test_rolling_features_match_pandas(tiny_lake, tiny_features):
     feats = pd.read_parquet(tiny_features / "features").sort_values(["element_id", "timestamp"])
     kpi = pd.read_parquet(tiny_lake / "kpi").sort_values(["element_id", "timestamp"])
     g = kpi.groupby("element_id")["latency_ms"]
-    np.testing.assert_allclose(feats["latency_ms_mean_12"], g.transform(lambda s: s.rolling(12, 1).mean()),
-                               rtol=1e-12)
+    np.testing.assert_allclose(feats["latency_ms_mean_12"], g.transform(lambda s: s.rolling(12, 1).mean()), rtol=1e-12)
     np.testing.assert_allclose(feats["latency_ms_max_36"], g.transform(lambda s: s.rolling(36, 1).max()))
 
 
@@ -36,7 +35,7 @@ def test_neighbour_features_match_topology(tiny_lake, tiny_features):
     for i, e in enumerate(topo.element_ids):
         if e not in at.index:
             continue
-        nbrs = [topo.element_ids[j] for j in indices[indptr[i]:indptr[i + 1]] if topo.element_ids[j] in at.index]
+        nbrs = [topo.element_ids[j] for j in indices[indptr[i] : indptr[i + 1]] if topo.element_ids[j] in at.index]
         expect = at.loc[nbrs, "cpu_util"]
         assert at.loc[e, "nbr_cpu_util_mean"] == pytest.approx(expect.mean() if len(expect) else 0.0)
         assert at.loc[e, "nbr_cpu_util_max"] == pytest.approx(expect.max() if len(expect) else 0.0)
@@ -48,8 +47,10 @@ def test_labels_come_from_the_alarm_log(tiny_lake, tiny_features):
     onsets = alarms[alarms["alarm_type"] == "NODE_DOWN"]
     assert len(onsets) > 0 and feats["label"].sum() > 0
     o = onsets.iloc[0]
-    before = feats[(feats["element_id"] == o["element_id"])
-                   & (feats["timestamp"] < o["timestamp"])
-                   & (feats["timestamp"] >= o["timestamp"] - pd.Timedelta(minutes=60))]
+    before = feats[
+        (feats["element_id"] == o["element_id"])
+        & (feats["timestamp"] < o["timestamp"])
+        & (feats["timestamp"] >= o["timestamp"] - pd.Timedelta(minutes=60))
+    ]
     assert (before["label"] == 1).all() and len(before) > 0
     assert (feats.loc[feats["label"] == 1, "minutes_to_fault"] <= 60).all()

@@ -36,7 +36,9 @@ def test_missing_column(raw):
 def test_renamed_column(raw):
     p = _kpi(raw)
     p.write_text(p.read_text().replace("latency_ms", "latency", 1))
-    with pytest.raises(DataRejected, match=r"missing column\(s\) \['latency_ms'\]; unexpected column\(s\) \['latency'\]"):
+    with pytest.raises(
+        DataRejected, match=r"missing column\(s\) \['latency_ms'\]; unexpected column\(s\) \['latency'\]"
+    ):
         check_files(discover(raw))
 
 
@@ -61,8 +63,9 @@ def test_empty_file_and_header_only(raw):
     _kpi(raw).write_text("")
     with pytest.raises(DataRejected, match="empty file"):
         check_files(discover(raw))
-    _kpi(raw).write_text("timestamp,element_id,cpu_util,mem_util,temperature_c,traffic_gbps,latency_ms,"
-                         "packet_loss_pct,if_errors\n")
+    _kpi(raw).write_text(
+        "timestamp,element_id,cpu_util,mem_util,temperature_c,traffic_gbps,latency_ms,packet_loss_pct,if_errors\n"
+    )
     with pytest.raises(DataRejected, match="no KPI rows after the header"):
         check_files(discover(raw))
 

@@ -37,7 +37,10 @@ def test_layout_row_counts_and_dirt_ledger(tmp_path):
     s = simulate("topozoo/Abilene", 3, 3, tmp_path, dirt=0.05)
     truth = json.loads((tmp_path / "ground_truth.json").read_text())
     assert sorted(p.name for p in (tmp_path / "kpi").iterdir()) == [
-        "kpi_2026-01-05.csv", "kpi_2026-01-06.csv", "kpi_2026-01-07.csv"]
+        "kpi_2026-01-05.csv",
+        "kpi_2026-01-06.csv",
+        "kpi_2026-01-07.csv",
+    ]
     lines = sum(len(p.read_text().splitlines()) - 1 for p in (tmp_path / "kpi").glob("*.csv"))
     assert lines == truth["kpi_rows_written"] == s.kpi_rows
     # every sample once, plus one extra line per injected duplicate

@@ -28,8 +28,15 @@ def data(tiny_features, tmp_path_factory):
 
 
 def _spec(cfg, data, work, engine):
-    return {"engine": engine, "device": "cpu", "train": cfg.train.model_dump(mode="json"), "data": str(data),
-            "checkpoints": str(work / "ckpt"), "out": str(work), "fingerprint": "test-fp"}
+    return {
+        "engine": engine,
+        "device": "cpu",
+        "train": cfg.train.model_dump(mode="json"),
+        "data": str(data),
+        "checkpoints": str(work / "ckpt"),
+        "out": str(work),
+        "fingerprint": "test-fp",
+    }
 
 
 def _train(data, work, engine="horovod", extra=()):
@@ -56,8 +63,13 @@ def test_resume_after_sigkill_matches_uninterrupted(data, tmp_path):
     spec = _spec(cfg, data, work, "horovod")
     (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "FAULTLINE_DEVICE": "cpu", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(launch_command(cfg.train, work / "spec.json"), start_new_session=True, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        launch_command(cfg.train, work / "spec.json"),
+        start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while not (work / "ckpt" / "epoch_0000.done").exists():
         assert time.time() < deadline and proc.poll() is None, "training never reached its first checkpoint"
@@ -67,8 +79,7 @@ def test_resume_after_sigkill_matches_uninterrupted(data, tmp_path):
     assert not (work / "history.json").exists()
     resumed = _train(data, work)
     assert resumed[0]["epoch"] == 0 and len(resumed) == 4
-    np.testing.assert_allclose([h["train_loss"] for h in resumed], [h["train_loss"] for h in reference],
-                               rtol=1e-6)
+    np.testing.assert_allclose([h["train_loss"] for h in resumed], [h["train_loss"] for h in reference], rtol=1e-6)
     np.testing.assert_allclose(resumed[-1]["val_pr_auc"], reference[-1]["val_pr_auc"], rtol=1e-6)
 
 

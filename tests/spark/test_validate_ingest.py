@@ -14,8 +14,12 @@ from tasks.core.validate import run_validation
 
 pytestmark = pytest.mark.spark
 
-REASON = {"alarm_malformed": "malformed", "alarm_bad_severity": "not_in_set_severity", "malformed": "malformed",
-          "duplicate": "duplicate"}
+REASON = {
+    "alarm_malformed": "malformed",
+    "alarm_bad_severity": "not_in_set_severity",
+    "malformed": "malformed",
+    "duplicate": "duplicate",
+}
 
 
 def _expected(raw) -> Counter:
@@ -77,8 +81,12 @@ def test_validation_reports_gx_results_and_docs(spark, tiny_raw, tmp_path):
     assert summary["gx_success"]["topology"] is True
     assert summary["gx_success"]["kpi_rows"] is False  # dirt was injected
     names = {e["expectation"] for e in summary["expectations"]["kpi_rows"]}
-    assert {"expect_column_values_to_not_be_null", "expect_column_values_to_be_between",
-            "expect_column_values_to_be_in_set", "expect_compound_columns_to_be_unique"} <= names
+    assert {
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_between",
+        "expect_column_values_to_be_in_set",
+        "expect_compound_columns_to_be_unique",
+    } <= names
     assert summary["data_docs"].endswith("index.html")
     assert (tmp_path / "validation_result.json").stat().st_size > 1000
 

@@ -1,0 +1,136 @@
+"""End to end: the real flow (Prefect, Spark, GX, Dask, Horovod x2, MLflow) through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
+SMALL = [
+    "--set",
+    "workload.topology=topozoo/Abilene",
+    "--set",
+    "workload.days=3",
+    "--set",
+    "train.epochs=2",
+    "--set",
+    "train.hidden=8",
+    "--set",
+    "ingest.master=local[2]",
+]
+
+
+def faultline(*args: str, root: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFECT_HOME": str(root / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    proc = faultline("run", *SMALL, "--set", f"paths.root={root}", "--json", root=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return root, last_json(proc.stdout), proc
+
+
+def test_pipeline_runs_every_stage(first_run):
+    root, summary, proc = first_run
+    assert summary["status"] == "completed" and summary["run_id"]
+    assert list(summary["stages"]) == ["validate", "ingest", "features", "train", "evaluate"]
+    for name, st in summary["stages"].items():
+        assert st["cached"] is False, name
+        assert Path(st["output"], "_manifest.json").is_file()
+    ing = summary["stages"]["ingest"]
+    assert ing["rows_in"] == ing["rows_out"] + ing["rows_quarantined"] and ing["rows_quarantined"] > 0
+    m = summary["metrics"]
+    assert 0 <= m["pr_auc"] <= 1 and 0 <= m["baseline_pr_auc"] <= 1 and "recall_at_p90" in m
+    assert "held-out metrics" in proc.stdout and "MLflow run" in proc.stdout
+
+
+def test_mlflow_holds_the_run(first_run):
+    from mlflow.tracking import MlflowClient
+
+    root, summary, _ = first_run
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    run = client.get_run(summary["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["train.engine"] == "horovod" and run.data.params["workload.days"] == "3"
+    assert {"pr_auc", "baseline_pr_auc", "rule_pr_auc", "train_loss", "ingest.rows_quarantined"} <= set(
+        run.data.metrics
+    )
+    assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 2  # one per epoch
+    assert run.data.tags["data_fingerprint"] and run.data.tags["code_version"]
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"plots", "manifests", "profile", "history.json"} <= arts
+    assert client.get_latest_versions("faultline-fault-gnn")
+
+
+def test_rerun_skips_every_stage(first_run):
+    root, summary, _ = first_run
+    proc = faultline("run", *SMALL, "--set", f"paths.root={root}", "--json", root=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = last_json(proc.stdout)
+    assert all(st["cached"] for st in again["stages"].values())
+    assert again["metrics"]["pr_auc"] == summary["metrics"]["pr_auc"]
+    assert again["mlflow_run_id"] != summary["mlflow_run_id"]
+
+
+def test_from_features_on_an_existing_lake(first_run):
+    root, summary, _ = first_run
+    lake = summary["stages"]["ingest"]["output"]
+    proc = faultline(
+        "run",
+        *SMALL,
+        "--set",
+        f"paths.root={root}",
+        "--from",
+        "features",
+        "--lake",
+        lake,
+        "--until",
+        "features",
+        "--json",
+        root=root,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = last_json(proc.stdout)
+    assert list(out["stages"]) == ["features"] and out["stages"]["features"]["cached"] is True
+
+
+def test_malformed_file_is_rejected_with_exit_2(tmp_path):
+    from tasks.core.simulate import simulate
+
+    raw = tmp_path / "raw"
+    simulate("topozoo/Abilene", 2, 3, raw)
+    p = raw / "kpi" / "kpi_2026-01-06.csv"
+    p.write_text(p.read_text().replace("packet_loss_pct", "pkt_loss", 1))
+    proc = faultline("run", "--raw", str(raw), "--set", f"paths.root={tmp_path}", "--json", root=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    out = last_json(proc.stdout)
+    assert out["status"] == "rejected" and out["column"] == "packet_loss_pct"
+    assert out["file"].endswith("kpi_2026-01-06.csv")
+    assert "kpi_2026-01-06.csv" in proc.stderr and "packet_loss_pct" in proc.stderr
+    assert "Retrying" not in proc.stdout + proc.stderr  # deterministic rejections are not retried
+
+
+def test_unknown_config_key_exit_2(tmp_path):
+    proc = faultline("run", "--set", "train.epoch=3", "--json", root=tmp_path)
+    assert proc.returncode == 2
+    assert "unknown key 'train.epoch'" in proc.stderr
+    assert last_json(proc.stdout)["status"] == "rejected"
