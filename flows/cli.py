@@ -121,6 +121,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if summary["status"] == "completed" else EXIT_FAIL
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tasks.core.config import load_config
+
+    cfg = load_config(args.profile, args.set)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    if args.what == "ingest":
+        from tasks.core.bench_ingest import bench_ingest
+
+        result = bench_ingest(work, args.size_gb, cfg.ingest)
+    else:  # pragma: no cover - argparse restricts the choices
+        raise SystemExit(f"unknown benchmark {args.what}")
+    out = Path(args.results) / f"{args.what}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    if not args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "hardware"}, indent=1))
+    print(f"wrote {out}", file=sys.stderr)
+    if args.json:
+        _print_json(result)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="faultline", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -145,6 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="recompute every stage")
     r.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     r.set_defaults(func=cmd_run)
+    b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
+    b.add_argument("what", choices=["ingest"])
+    b.add_argument("--profile", default="local")
+    b.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    b.add_argument("--size-gb", type=float, default=1.0, help="raw input size (ingest)")
+    b.add_argument("--work", default=".faultline/bench", help="scratch directory (inputs are reused)")
+    b.add_argument("--results", default="bench/results", help="where the JSON goes")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench)
     return p
 
 

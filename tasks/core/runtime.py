@@ -122,6 +122,11 @@ def executor_memory_gb(cfg: IngestConfig, hw: Hardware) -> float:
     return max(1.0, min(4.0, hw.memory_gb / 4))
 
 
+def _mb(gb: float) -> str:
+    """Spark and the JVM take whole units: 2.4 GB -> '2458m'."""
+    return f"{int(round(gb * 1024))}m"
+
+
 def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> dict[str, str]:
     """Every Spark setting the pipeline uses, derived from the profile in one place."""
     block = cfg.parquet_block_size_mb * 1024 * 1024
@@ -135,10 +140,10 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         "spark.sql.parquet.compression.codec": "uncompressed" if cfg.compression == "none" else cfg.compression,
         "spark.hadoop.parquet.block.size": str(block),
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.driver.memory": f"{cfg.driver_memory_gb:g}g",
-        "spark.executor.memory": f"{executor_memory_gb(cfg, hw):g}g",
-        "spark.executor.extraJavaOptions": f"-XX:MaxDirectMemorySize={cfg.max_direct_memory_gb:g}g",
-        "spark.driver.extraJavaOptions": f"-XX:MaxDirectMemorySize={cfg.max_direct_memory_gb:g}g",
+        "spark.driver.memory": _mb(cfg.driver_memory_gb),
+        "spark.executor.memory": _mb(executor_memory_gb(cfg, hw)),
+        "spark.executor.extraJavaOptions": f"-XX:MaxDirectMemorySize={_mb(cfg.max_direct_memory_gb)}",
+        "spark.driver.extraJavaOptions": f"-XX:MaxDirectMemorySize={_mb(cfg.max_direct_memory_gb)}",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "false",
@@ -169,7 +174,7 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         )
     import pyspark
 
-    major_minor = "".join(pyspark.__version__.split(".")[:2])
+    version = "".join(pyspark.__version__.split(".")[:3])  # 4.3.0 -> spark430, as RAPIDS names its shims
     return {
         "spark.jars": str(jar.resolve()),
         "spark.plugins": "com.nvidia.spark.SQLPlugin",
@@ -178,7 +183,7 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         "spark.rapids.memory.pinnedPool.size": "2g",
         "spark.executor.resource.gpu.amount": "1",
         "spark.task.resource.gpu.amount": str(round(1 / max(1, cfg.concurrent_gpu_tasks), 3)),
-        "spark.shuffle.manager": f"com.nvidia.spark.rapids.spark{major_minor}0.RapidsShuffleManager",
+        "spark.shuffle.manager": f"com.nvidia.spark.rapids.spark{version}.RapidsShuffleManager",
         "spark.rapids.shuffle.mode": "UCX",
     }
 

@@ -1,0 +1,49 @@
+import pytest
+
+from tasks.core.config import load_config
+from tasks.core.runtime import GPU, Hardware, RapidsJarMissing, detect_hardware, executor_memory_gb, spark_conf
+
+H200 = Hardware(cpu_count=16, memory_gb=128, gpus=(GPU(0, "NVIDIA H200", 139.8),), source="test")
+CPU = Hardware(cpu_count=2, memory_gb=24, source="test")
+
+
+def test_detect_hardware_works_without_a_gpu():
+    hw = detect_hardware()
+    assert hw.cpu_count >= 1 and hw.memory_gb > 0
+    assert hw.gpu_count == len(hw.gpus)
+
+
+def test_executor_memory_follows_the_guides_rule():
+    cfg = load_config("dgx").ingest
+    assert executor_memory_gb(cfg, H200) == pytest.approx(139.8 * 1.2 + 2, abs=0.05)
+    assert spark_conf(cfg, H200, None)["spark.executor.memory"] == f"{round(executor_memory_gb(cfg, H200) * 1024)}m"
+    assert executor_memory_gb(load_config("local", ["ingest.executor_memory_gb=3"]).ingest, H200) == 3
+
+
+def test_spark_conf_essentials(tmp_path):
+    conf = spark_conf(load_config("local").ingest, CPU, tmp_path / "events")
+    assert conf["spark.dynamicAllocation.enabled"] == "false"
+    assert "-XX:MaxDirectMemorySize=2048m" in conf["spark.executor.extraJavaOptions"]
+    assert conf["spark.hadoop.parquet.block.size"] == str(256 * 1024 * 1024)
+    assert conf["spark.eventLog.enabled"] == "true" and (tmp_path / "events").is_dir()
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "spark.plugins" not in conf
+
+
+def test_rapids_jar_configured_but_missing_is_a_clear_error(tmp_path):
+    cfg = load_config("dgx", [f"ingest.rapids_jar={tmp_path / 'rapids-4-spark.jar'}"]).ingest
+    with pytest.raises(RapidsJarMissing, match="rapids-4-spark.jar.*no such file"):
+        spark_conf(cfg, H200, None)
+
+
+def test_rapids_conf_when_the_jar_exists(tmp_path):
+    import pyspark
+
+    jar = tmp_path / "rapids-4-spark_2.13.jar"
+    jar.write_bytes(b"PK")
+    conf = spark_conf(load_config("dgx", [f"ingest.rapids_jar={jar}"]).ingest, H200, None)
+    assert conf["spark.plugins"] == "com.nvidia.spark.SQLPlugin"
+    assert conf["spark.rapids.sql.concurrentGpuTasks"] == "2"
+    short = "".join(pyspark.__version__.split(".")[:3])
+    assert conf["spark.shuffle.manager"] == f"com.nvidia.spark.rapids.spark{short}.RapidsShuffleManager"
+    assert conf["spark.executor.resource.gpu.amount"] == "1"
