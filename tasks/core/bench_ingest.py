@@ -76,5 +76,5 @@ def bench_ingest(work: Path, size_gb: float, cfg: IngestConfig) -> dict[str, Any
         "pyarrow_mb_per_s": round(arrow_mb_s, 2),
         "spark_vs_pyarrow": round(spark_mb_s / arrow_mb_s, 3),
         "note": "Spark does schema enforcement, 20 rule checks, quarantine, dedup (window) and date "
-                "partitioning; pyarrow only parses and writes the KPI CSV. Inputs are clean simulator exports.",
+        "partitioning; pyarrow only parses and writes the KPI CSV. Inputs are clean simulator exports.",
     }

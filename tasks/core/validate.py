@@ -10,6 +10,9 @@ from typing import Any
 from .errors import DataRejected
 from .raw import CORRUPT, RawLayout, check_files, read_alarms, read_kpi
 from .rules import KEYS, Rule, alarm_rules, kpi_rules
+from .schema import ALARM_COLUMNS, KPI_COLUMNS
+
+SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "DoubleType", "long": "LongType"}
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
@@ -93,8 +96,13 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
     E = gx.expectations
     results, counts, summary = {}, {}, {}
     for source, df in frames.items():
+        columns = KPI_COLUMNS if source == "kpi" else ALARM_COLUMNS
         file_exps = [
             E.ExpectTableRowCountToBeBetween(min_value=1),
+            E.ExpectTableColumnsToMatchOrderedList(
+                column_list=[c.name for c in columns] + [CORRUPT, "_source_file", "_seq"]
+            ),
+            *[E.ExpectColumnValuesToBeOfType(column=c.name, type_=SPARK_TYPE[c.kind]) for c in columns],
             E.ExpectColumnValuesToBeNull(column=CORRUPT, meta={"reason": "malformed"}),
         ]
         results[f"{source}_file"] = _run_suite(context, src, f"{source}_file", file_exps, df, actions)

@@ -40,3 +40,26 @@ def test_stale_tmp_of_dead_process_is_cleared(tmp_path):
     with staging(tmp_path, "stage", "fp4") as tmp:
         publish_manifest(tmp, {})
     assert not stale.exists()
+
+
+def test_sigkilled_writer_leaves_nothing_visible(tmp_path):
+    """A writer killed mid-stage leaves only a hidden temporary that no reader looks at; the next run clears it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from tasks.core.store import staging\n"
+        "with staging(Path(sys.argv[1]), 'ingest', 'fpk') as tmp:\n"
+        "    (tmp / 'part-0.parquet').write_bytes(b'half')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)])
+    assert proc.returncode == -9
+    assert completed(tmp_path, "ingest", "fpk") is None
+    assert not (tmp_path / "ingest" / "fpk").exists()
+    assert [p.name.startswith(".fpk.tmp-") for p in (tmp_path / "ingest").iterdir()] == [True]
+    with staging(tmp_path, "ingest", "fpk") as tmp:
+        publish_manifest(tmp, {})
+    assert [p.name for p in (tmp_path / "ingest").iterdir()] == ["fpk"]

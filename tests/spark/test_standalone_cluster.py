@@ -59,15 +59,46 @@ def standalone_cluster(tmp_path):
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}
     port, ui = _port(), _port()
-    procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(ui)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     _wait_for(port)
     url = f"spark://127.0.0.1:{port}"
     for _ in range(2):
-        procs.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                       "--cores", "1", "--memory", "1g", "--webui-port", str(_port()), url],
-                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "1g",
+                    "--webui-port",
+                    str(_port()),
+                    url,
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     time.sleep(5)
     yield url
     for p in procs:
@@ -78,8 +109,13 @@ def standalone_cluster(tmp_path):
 
 def test_standalone_matches_local(spark, tiny_raw, tmp_path, standalone_cluster):
     out = tmp_path / "cluster"
-    proc = subprocess.run([sys.executable, "-c", INGEST_IN_A_CHILD, standalone_cluster, str(tiny_raw), str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [sys.executable, "-c", INGEST_IN_A_CHILD, standalone_cluster, str(tiny_raw), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "workers 2" in proc.stdout
     local = tmp_path / "local"
