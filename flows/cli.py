@@ -131,6 +131,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from tasks.core.bench_ingest import bench_ingest
 
         result = bench_ingest(work, args.size_gb, cfg.ingest)
+    elif args.what == "train":
+        from tasks.core.bench_train import bench_train
+
+        result = bench_train(work / "train", cfg.train, args.topology or cfg.workload.topology, args.times)
     else:  # pragma: no cover - argparse restricts the choices
         raise SystemExit(f"unknown benchmark {args.what}")
     out = Path(args.results) / f"{args.what}.json"
@@ -169,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     r.set_defaults(func=cmd_run)
     b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
-    b.add_argument("what", choices=["ingest"])
+    b.add_argument("what", choices=["ingest", "train"])
+    b.add_argument("--topology", help="topohub key (train): default the profile's workload topology")
+    b.add_argument("--times", type=int, default=2016, help="snapshots of synthetic data (train)")
     b.add_argument("--profile", default="local")
     b.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     b.add_argument("--size-gb", type=float, default=1.0, help="raw input size (ingest)")

@@ -105,8 +105,5 @@ def _segment_starts(indptr, n: int):
     """seg_start[i] = indptr[segment of row i], computed on the device."""
     import cupy as cp
 
-    marks = cp.zeros(n, dtype=cp.int64)
-    starts = indptr[:-1]
-    nonempty = starts[cp.diff(indptr) > 0]
-    marks[nonempty] = nonempty
-    return cp.maximum.accumulate(marks)
+    seg = cp.searchsorted(indptr, cp.arange(n, dtype=indptr.dtype), side="right") - 1
+    return indptr[seg]

@@ -122,6 +122,15 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, dict[str, An
             tr.log_metrics(run_id, {k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
         train_dir = Path(stages["train"]["output"])
         tr.log_artifact(run_id, train_dir / "history.json")
+        for name in ("trace.json", "gpu_utilization.csv", "gpu_utilization.png", "train.log"):
+            if (train_dir / name).is_file():
+                tr.log_artifact(run_id, train_dir / name, "training")
+        util = stages["train"].get("gpu_utilization") or {}
+        if util.get("available"):
+            tr.log_metrics(
+                run_id, {"gpu_utilization_mean": util["mean"], "gpu_utilization_steady_mean": util["steady_mean"]}
+            )
+        tags["kernel_timeline"] = (stages["train"].get("kernel_timeline") or {}).get("kind") or "none"
         if "evaluate" in stages:
             ck = torch.load(train_dir / "model.pt", map_location="cpu", weights_only=False)
             model = FaultGNN(**ck["config"])

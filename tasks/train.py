@@ -9,7 +9,9 @@ from typing import Any
 from prefect import task
 
 from tasks.common import TASK_OPTIONS, Timer, publish_stage_artifact, stage_result
+from tasks.core.checkpoint import latest_checkpoint, load_checkpoint
 from tasks.core.config import TrainConfig
+from tasks.core.gpu_monitor import UtilizationSampler, plot_utilization, top_kernels, training_windows
 from tasks.core.runtime import horovod_env, train_device
 from tasks.core.store import code_version, completed, fingerprint, publish_manifest, published, staging
 from tasks.core.topology import Topology
@@ -63,7 +65,14 @@ def train_task(
                 "out": str(tmp),
                 "fingerprint": fp,
             }
-            run = launch_training(spec, cfg, tmp, horovod_env(cfg, device), _progress_reporter(cfg.epochs))
+            prior = latest_checkpoint(ckpt, fp)  # a retried or rerun task resumes from here
+            resumed = load_checkpoint(prior)["epoch"] if prior else None
+            with UtilizationSampler(tmp / "gpu_utilization.csv") as sampler:
+                run = launch_training(spec, cfg, tmp, horovod_env(cfg, device), _progress_reporter(cfg.epochs))
+            utilization = sampler.summary(training_windows(tmp))
+            if utilization["available"]:
+                plot_utilization(tmp / "gpu_utilization.csv", tmp / "gpu_utilization.png")
+            kernels = top_kernels(tmp / "trace.json") if (tmp / "trace.json").is_file() else []
             history = json.loads((tmp / "history.json").read_text())
             steady = history[1:] or history
             samples_per_s = sum(h["samples"] for h in steady) / max(
@@ -84,11 +93,18 @@ def train_task(
                     "rows_out": data["times"] * data["elements"],
                     "data": {k: v for k, v in data.items() if k != "feature_names"},
                     "history": history,
-                    "samples_per_s_per_rank": samples_per_s,
+                    "samples_per_s": samples_per_s,
                     "launch": run,
                     "checkpoints": str(ckpt),
                     "memory_fraction": cfg.memory_fraction if device == "cuda" else None,
-                    "resumed_from_epoch": history[0]["epoch"] if history else None,
+                    "resumed_from_epoch": resumed,
+                    "gpu_utilization": utilization,
+                    "kernel_timeline": {
+                        "kind": "torch.profiler chrome trace" if (tmp / "trace.json").is_file() else None,
+                        "file": "trace.json" if (tmp / "trace.json").is_file() else None,
+                        "cuda_kernels": len(kernels),
+                        "top_kernels": kernels,
+                    },
                 },
             )
         out = published(root, "train", fp)
@@ -103,6 +119,9 @@ def train_task(
             "num_proc": m["num_proc"],
             "model": str(out.path / "model.pt"),
             "data": str(out.path / "data.npz"),
+            "gpu_utilization": m.get("gpu_utilization"),
+            "kernel_timeline": m.get("kernel_timeline"),
+            "samples_per_s": m.get("samples_per_s"),
         },
     )
     last = m["history"][-1]
@@ -112,6 +131,12 @@ def train_task(
             "engine": f"{m['engine']} x{m['num_proc']} on {m['device']}",
             "final train loss": f"{last['train_loss']:.4f}",
             "final val PR-AUC": f"{last.get('val_pr_auc', float('nan')):.4f}",
+            "samples/s": f"{m.get('samples_per_s', 0):.0f}",
+            "GPU utilization (steady)": (
+                f"{m['gpu_utilization']['steady_mean']:.1f} %"
+                if (m.get("gpu_utilization") or {}).get("available")
+                else "n/a (no GPU)"
+            ),
         },
     )
     return result

@@ -16,6 +16,7 @@ class UtilizationSampler:
         self.out_csv, self.interval = Path(out_csv), interval
         self.rows: list[tuple[float, int, float, float]] = []
         self.reason: str | None = None
+        self.t0 = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-util-sampler")
 
@@ -42,7 +43,7 @@ class UtilizationSampler:
             handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
             if not handles:
                 self.reason = "no GPU visible to NVML"
-            t0 = time.time()
+            t0 = self.t0
             while not self._stop.wait(self.interval):
                 for i, h in enumerate(handles):
                     u = pynvml.nvmlDeviceGetUtilizationRates(h)
@@ -51,29 +52,41 @@ class UtilizationSampler:
         finally:
             pynvml.nvmlShutdown()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, windows: list[tuple[float, float]] | None = None) -> dict[str, Any]:
+        """``windows``: wall-clock spans of steady-state training (each epoch's steps after the first)."""
         self.out_csv.parent.mkdir(parents=True, exist_ok=True)
         with open(self.out_csv, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["t_s", "gpu", "utilization_pct", "memory_used_gb"])
             w.writerows(self.rows)
-        return summarise_utilization(self.rows, self.reason)
+        rel = [(a - self.t0, b - self.t0) for a, b in windows] if windows else None
+        return summarise_utilization(self.rows, self.reason, windows=rel)
 
 
 def summarise_utilization(
-    rows: list[tuple[float, int, float, float]], reason: str | None = None, warmup: float = 0.15, tail: float = 0.05
+    rows: list[tuple[float, int, float, float]],
+    reason: str | None = None,
+    warmup: float = 0.15,
+    tail: float = 0.05,
+    windows: list[tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
-    """Steady state = samples after the first 15 % and before the last 5 % of the run (start-up and teardown)."""
+    """Steady state = samples inside the given training windows (every epoch's steps after the first);
+    without windows, after the first 15 % and before the last 5 % of the run (start-up and teardown)."""
     if not rows:
         return {"available": False, "reason": reason or "no samples", "samples": 0}
     end = max(r[0] for r in rows)
-    steady = [r[2] for r in rows if warmup * end <= r[0] <= (1 - tail) * end] or [r[2] for r in rows]
+    if windows:
+        steady = [r[2] for r in rows if any(a <= r[0] <= b for a, b in windows)]
+    else:
+        steady = [r[2] for r in rows if warmup * end <= r[0] <= (1 - tail) * end]
+    steady = steady or [r[2] for r in rows]
     return {
         "available": True,
         "samples": len(rows),
         "mean": sum(r[2] for r in rows) / len(rows),
         "steady_mean": sum(steady) / len(steady),
         "steady_samples": len(steady),
+        "steady_definition": "training steps of epochs 2.." if windows else "middle 80 % of the run",
         "max_memory_gb": max(r[3] for r in rows),
     }
 
@@ -112,3 +125,14 @@ def top_kernels(trace_json: Path, n: int = 10) -> list[dict[str, Any]]:
             t[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:n]
     return [{"kernel": k[:120], "total_us": round(v[0], 1), "calls": int(v[1])} for k, v in ranked]
+
+
+def training_windows(train_dir: Path) -> list[tuple[float, float]] | None:
+    """The wall-clock spans of each epoch's training steps after the first, from ``history.json``."""
+    import json
+
+    path = Path(train_dir) / "history.json"
+    if not path.is_file():
+        return None
+    spans = [(h["t_start"], h["t_end"]) for h in json.loads(path.read_text()) if "t_start" in h]
+    return spans[1:] or spans or None

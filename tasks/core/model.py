@@ -1,35 +1,44 @@
 """The fault model: a temporal encoder per element followed by message passing over the topology.
 
 Pure PyTorch (no Horovod, no device decisions): ``x`` is [batch, window, elements, features], the
-adjacency a sparse, row-normalised [elements, elements] tensor (neighbour mean as a sparse matmul).
+adjacency an edge list with row-normalised weights (neighbour mean as gather + index_add_).
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import torch
 from torch import nn
 
 
-def normalised_adjacency(indptr: np.ndarray, indices: np.ndarray, n: int) -> torch.Tensor:
-    """Row-normalised sparse adjacency (mean over neighbours) in CSR."""
-    deg = np.diff(indptr).astype(np.float32)
-    vals = np.repeat(np.divide(1.0, deg, out=np.zeros_like(deg), where=deg > 0), np.diff(indptr))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        return torch.sparse_csr_tensor(
-            torch.as_tensor(indptr, dtype=torch.int64),
-            torch.as_tensor(indices, dtype=torch.int64),
-            torch.as_tensor(vals, dtype=torch.float32),
-            size=(n, n),
-            check_invariants=False,
-        )
+class Adjacency:
+    """Row-normalised adjacency as edge lists (target row, source column, weight): neighbour mean as a
+    gather + ``index_add_`` (works on CPU and CUDA alike, no cuSPARSE)."""
+
+    def __init__(self, rows: torch.Tensor, cols: torch.Tensor, weights: torch.Tensor, n: int) -> None:
+        self.rows, self.cols, self.weights, self.n = rows, cols, weights, n
+
+    def to(self, device) -> Adjacency:
+        return Adjacency(self.rows.to(device), self.cols.to(device), self.weights.to(device), self.n)
+
+    def aggregate(self, flat: torch.Tensor) -> torch.Tensor:
+        """flat [n, k] -> [n, k]: for each row, the weighted sum of its neighbours' rows."""
+        out = torch.zeros_like(flat)
+        return out.index_add_(0, self.rows, flat[self.cols] * self.weights[:, None].to(flat.dtype))
+
+
+def normalised_adjacency(indptr: np.ndarray, indices: np.ndarray, n: int) -> Adjacency:
+    """Mean over neighbours: weight 1/degree on every edge of the CSR adjacency."""
+    deg = np.diff(indptr)
+    w = np.repeat(np.divide(1.0, deg, out=np.zeros(len(deg)), where=deg > 0), deg).astype(np.float32)
+    rows = np.repeat(np.arange(n), deg)
+    return Adjacency(
+        torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(indices, dtype=torch.int64), torch.as_tensor(w), n
+    )
 
 
 class GraphLayer(nn.Module):
-    """h' = relu(W_self h + W_nbr mean_{j in N(i)} h_j), with a residual connection."""
+    """h' = norm(h + relu(W_self h + W_nbr mean_{j in N(i)} h_j))."""
 
     def __init__(self, hidden: int) -> None:
         super().__init__()
@@ -37,10 +46,10 @@ class GraphLayer(nn.Module):
         self.nbr_lin = nn.Linear(hidden, hidden, bias=False)
         self.norm = nn.LayerNorm(hidden)
 
-    def forward(self, h: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, adj: Adjacency) -> torch.Tensor:
         b, e, d = h.shape
-        flat = h.transpose(0, 1).reshape(e, b * d)  # elements first, so one sparse matmul serves the batch
-        agg = torch.sparse.mm(adj, flat.float()).reshape(e, b, d).transpose(0, 1).to(h.dtype)
+        flat = h.transpose(0, 1).reshape(e, b * d)  # elements first, so one aggregation serves the batch
+        agg = adj.aggregate(flat.float()).reshape(e, b, d).transpose(0, 1).to(h.dtype)
         return self.norm(h + torch.relu(self.self_lin(h) + self.nbr_lin(agg)))
 
 
@@ -74,10 +83,12 @@ def windows_at(x: torch.Tensor, t: torch.Tensor, window: int) -> torch.Tensor:
 class ScoringModel(nn.Module):
     """The model with its topology baked in, for serving: [batch, window, elements, features] -> P(fault)."""
 
-    def __init__(self, model: FaultGNN, adj: torch.Tensor) -> None:
+    def __init__(self, model: FaultGNN, adj: Adjacency) -> None:
         super().__init__()
-        self.model = model
-        self.register_buffer("adj_dense", adj.to_dense())
+        self.model, self.n = model, adj.n
+        self.register_buffer("rows", adj.rows)
+        self.register_buffer("cols", adj.cols)
+        self.register_buffer("weights", adj.weights)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.model(x, self.adj_dense.to_sparse_csr()))
+        return torch.sigmoid(self.model(x, Adjacency(self.rows, self.cols, self.weights, self.n)))

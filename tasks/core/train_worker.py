@@ -78,6 +78,7 @@ def main(spec_path: str) -> int:
     ckpt_dir, out_dir = Path(spec["checkpoints"]), Path(spec["out"])
     history: list[dict] = []
     start_epoch = 0
+    best: dict | None = None  # rank 0: the best-validating epoch so far (restored on resume)
     if rank == 0:  # [dist] only rank 0 reads checkpoints; the state reaches others by broadcast
         path = latest_checkpoint(ckpt_dir, spec["fingerprint"])
         if path is not None:
@@ -88,6 +89,7 @@ def main(spec_path: str) -> int:
             torch.set_rng_state(state["torch_rng"])
             np.random.set_state(state["numpy_rng"])
             history, start_epoch = state["history"], state["epoch"] + 1
+            best = state.get("best")
     comm.sync(model, optimizer)  # [dist] rank 0's parameters and optimizer state on every rank
     start_epoch = comm.broadcast_object(start_epoch)  # [dist] every rank resumes at the same epoch
     history = comm.broadcast_object(history)
@@ -99,52 +101,68 @@ def main(spec_path: str) -> int:
     beat = out_dir / "heartbeat.json"
     last_beat = 0.0
     stall_rank = int(os.environ.get("FAULTLINE_TEST_STALL_RANK", "-1"))
+    timer = _StepTimer(device)
+    profiler = _Profiler(device, out_dir, steps, int(spec.get("profile_steps", 5))) if rank == 0 else None
     for epoch in range(start_epoch, cfg["epochs"]):
         order = np.random.default_rng(cfg["seed"] * 1009 + epoch).permutation(train_t)
-        shard = order[rank * per_rank : (rank + 1) * per_rank]  # [dist] each rank trains on its own shard
-        loss_sum, wait_s, compute_s = 0.0, 0.0, 0.0
+        # [dist] each rank trains on its own shard; the indices go to the device once per epoch
+        shard = torch.as_tensor(order[rank * per_rank : (rank + 1) * per_rank], device=device)
+        loss_sum = torch.zeros((), device=device)
+        epoch_start = time.time()
         for step in range(steps):
             if rank == stall_rank and epoch == start_epoch and step == 1:
                 time.sleep(10**6)  # test hook: a rank that never joins the next collective
-            t0 = time.perf_counter()
-            tb = torch.as_tensor(shard[step * batch : (step + 1) * batch], device=device)
-            xb, yb, mb = windows_at(x, tb, window), y[tb], mask[tb]
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t1 = time.perf_counter()
+            if profiler and epoch == start_epoch:
+                profiler.at(step)
+            timer.mark(0)
+            tb = shard[step * batch : (step + 1) * batch]
+            xb, yb, mb = windows_at(x, tb, window), y[tb], mask[tb]  # gathered on the device
+            timer.mark(1)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 logits = net(xb, adj)
-            loss = (
-                F.binary_cross_entropy_with_logits(logits.float(), yb, pos_weight=pos_weight, reduction="none") * mb
-            ).sum() / mb.sum().clamp_min(1.0)
+            per_element = F.binary_cross_entropy_with_logits(
+                logits.float(), yb, pos_weight=pos_weight, reduction="none"
+            )
+            loss = (per_element * mb).sum() / mb.sum().clamp_min(1.0)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            loss_sum += float(loss.detach())
-            t2 = time.perf_counter()
-            wait_s, compute_s = wait_s + (t1 - t0), compute_s + (t2 - t1)
+            loss_sum += loss.detach()  # stays on the device: no sync per step
+            timer.mark(2)
             if rank == 0 and (time.time() - last_beat > 1.0 or step == steps - 1):
                 _write_json(
                     beat,
                     {"epoch": epoch, "step": step + 1, "steps": steps, "epochs": cfg["epochs"], "time": time.time()},
                 )
                 last_beat = time.time()
+        if profiler and epoch == start_epoch:
+            profiler.finish()
+        wait_s, compute_s = timer.totals()  # synchronises: the epoch's steps are done on the device
+        epoch_end = time.time()
         scheduler.step()
-        train_loss = comm.mean(loss_sum / steps)  # [dist] averaged over ranks
         row = {
             "epoch": epoch,
-            "train_loss": train_loss,
+            "train_loss": comm.mean(float(loss_sum) / steps),  # [dist] averaged over ranks
             "lr": scheduler.get_last_lr()[0],
             "data_wait_s": comm.mean(wait_s),
             "compute_s": comm.mean(compute_s),
             "samples": per_rank * size,
+            "t_start": epoch_start,  # wall clock of the epoch's training steps (for GPU utilization windows)
+            "t_end": epoch_end,
         }
         if rank == 0:  # [dist] only rank 0 evaluates, logs and checkpoints
             s = _scores(model, x, adj, val_t, window, batch, device, bf16)
-            m = mask[torch.as_tensor(val_t, device=device)].bool()
-            yt = y[torch.as_tensor(val_t, device=device)][m].cpu().numpy()
-            row["val_pr_auc"] = pr_auc(yt, s[m].cpu().numpy())
+            vt = torch.as_tensor(val_t, device=device)
+            m = mask[vt].bool()
+            row["val_pr_auc"] = pr_auc(y[vt][m].cpu().numpy(), s[m].cpu().numpy())
             history.append(row)
+            score = -1.0 if math.isnan(row["val_pr_auc"]) else row["val_pr_auc"]
+            if best is None or score > best["score"]:  # keep the epoch that validates best
+                best = {
+                    "score": score,
+                    "epoch": epoch,
+                    "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                }
             if (epoch + 1) % cfg["checkpoint_every"] == 0 or epoch == cfg["epochs"] - 1:
                 save_checkpoint(
                     ckpt_dir,
@@ -156,15 +174,79 @@ def main(spec_path: str) -> int:
                         "torch_rng": torch.get_rng_state(),
                         "numpy_rng": np.random.get_state(),
                         "history": history,
+                        "best": best,
                     },
                     spec["fingerprint"],
                 )
             print(json.dumps({"progress": row}), flush=True)
     if rank == 0:
-        torch.save({"model": model.state_dict(), "config": model.config, "window": window}, out_dir / "model.pt")
+        state = best["model"] if best and best.get("model") else model.state_dict()
+        torch.save(
+            {"model": state, "config": model.config, "window": window, "best_epoch": best["epoch"] if best else None},
+            out_dir / "model.pt",
+        )
         _write_json(out_dir / "history.json", history)
     comm.shutdown()
     return 0
+
+
+class _StepTimer:
+    """Data-wait vs compute split per step; CUDA events on the GPU so timing adds no synchronisation."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.events: list[list] = []
+        self.wait = self.compute = 0.0
+        self._cur: list = []
+
+    def mark(self, i: int) -> None:
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+        else:
+            e = time.perf_counter()
+        self._cur = [e] if i == 0 else [*self._cur, e]
+        if i == 2:
+            self.events.append(self._cur)
+
+    def totals(self) -> tuple[float, float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            wait = sum(a.elapsed_time(b) for a, b, _ in self.events) / 1000
+            comp = sum(b.elapsed_time(c) for _, b, c in self.events) / 1000
+        else:
+            wait = sum(b - a for a, b, _ in self.events)
+            comp = sum(c - b for _, b, c in self.events)
+        self.events = []
+        return wait, comp
+
+
+class _Profiler:
+    """A PyTorch profiler trace of a few training steps on rank 0 (CUDA kernels on the GPU)."""
+
+    def __init__(self, device: torch.device, out_dir: Path, steps: int, n: int) -> None:
+        self.first = 3 if steps > 3 + n else 0
+        self.last = min(steps, self.first + n)
+        self.out_dir, self.prof, self.device = out_dir, None, device
+
+    def at(self, step: int) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        if step == self.first and self.prof is None and self.last > self.first:
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+            self.prof = profile(activities=acts, record_shapes=False)
+            self.prof.start()
+        elif step == self.last and self.prof is not None:
+            self.finish()
+
+    def finish(self) -> None:
+        if self.prof is None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.prof.stop()
+        self.prof.export_chrome_trace(str(self.out_dir / "trace.json"))
+        self.prof = None
 
 
 if __name__ == "__main__":
