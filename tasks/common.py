@@ -39,6 +39,19 @@ def store_root(root: str) -> Path:
     return Path(root).resolve() / "store"
 
 
+def manifest_header(stage: str, inputs: dict[str, str], cfg, seconds: float) -> dict[str, Any]:
+    """What every stage manifest starts with: inputs, the config section, the code version, timing."""
+    from tasks.core.store import code_version
+
+    return {
+        "stage": stage,
+        "input_fingerprints": inputs,
+        "config": cfg.model_dump(mode="json"),
+        "code_version": code_version(),
+        "seconds": seconds,
+    }
+
+
 def stage_result(stage: str, out, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     m = out.manifest
     return {

@@ -8,7 +8,7 @@ from typing import Any
 
 from prefect import task
 
-from tasks.common import TASK_OPTIONS, Timer, publish_stage_artifact, publish_table, stage_result
+from tasks.common import TASK_OPTIONS, Timer, manifest_header, publish_stage_artifact, publish_table, stage_result
 from tasks.core.config import EvaluateConfig
 from tasks.core.evaluate import evaluate, plot_evaluation
 from tasks.core.store import code_version, completed, fingerprint, publish_manifest, published, staging
@@ -50,11 +50,12 @@ def evaluate_task(
             publish_manifest(
                 tmp,
                 {
-                    "stage": "evaluate",
-                    "input_fingerprints": {"features": features["fingerprint"], "train": trained["fingerprint"]},
-                    "config": cfg.model_dump(mode="json"),
-                    "code_version": code_version(),
-                    "seconds": timer.seconds,
+                    **manifest_header(
+                        "evaluate",
+                        {"features": features["fingerprint"], "train": trained["fingerprint"]},
+                        cfg,
+                        timer.seconds,
+                    ),
                     "rows_in": ev["test_rows"],
                     "rows_out": ev["test_rows"],
                     "results": results,

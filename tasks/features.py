@@ -8,7 +8,7 @@ from typing import Any
 from prefect import task
 
 from gpu_kernels import neighbors, rolling
-from tasks.common import TASK_OPTIONS, Timer, publish_stage_artifact, stage_result
+from tasks.common import TASK_OPTIONS, Timer, manifest_header, publish_stage_artifact, stage_result
 from tasks.core.config import FeaturesConfig
 from tasks.core.features import build_features, feature_names
 from tasks.core.runtime import dask_client, dataframe_backend
@@ -54,12 +54,8 @@ def features_task(lake: str, lake_fp: str, cfg: FeaturesConfig, root: Path, forc
             publish_manifest(
                 tmp,
                 {
-                    "stage": "features",
-                    "input_fingerprints": {"ingest": lake_fp},
+                    **manifest_header("features", {"ingest": lake_fp}, cfg, timer.seconds),
                     "lake": str(lake),
-                    "config": cfg.model_dump(mode="json"),
-                    "code_version": code_version(),
-                    "seconds": timer.seconds,
                     "backend": backend,
                     "dask_dashboard": dashboard,
                     "features": {

@@ -7,7 +7,7 @@ from typing import Any
 
 from prefect import task
 
-from tasks.common import TASK_OPTIONS, Timer, publish_stage_artifact, stage_result
+from tasks.common import TASK_OPTIONS, Timer, manifest_header, publish_stage_artifact, stage_result
 from tasks.core.config import IngestConfig
 from tasks.core.ingest import run_ingest
 from tasks.core.raw import discover
@@ -43,12 +43,13 @@ def ingest_task(
             publish_manifest(
                 tmp,
                 {
-                    "stage": "ingest",
-                    "input_fingerprints": {"raw": validation["raw_fingerprint"], "validate": validation["fingerprint"]},
-                    "config": cfg.model_dump(mode="json"),
-                    "code_version": code_version(),
+                    **manifest_header(
+                        "ingest",
+                        {"raw": validation["raw_fingerprint"], "validate": validation["fingerprint"]},
+                        cfg,
+                        timer.seconds,
+                    ),
                     "spark_conf": effective_spark_conf(spark),
-                    "seconds": timer.seconds,
                     **summary,
                 },
             )

@@ -8,7 +8,7 @@ from typing import Any
 
 from prefect import task
 
-from tasks.common import TASK_OPTIONS, Timer, publish_stage_artifact, stage_result
+from tasks.common import TASK_OPTIONS, Timer, manifest_header, publish_stage_artifact, stage_result
 from tasks.core.checkpoint import latest_checkpoint, load_checkpoint
 from tasks.core.config import TrainConfig
 from tasks.core.gpu_monitor import UtilizationSampler, plot_utilization, top_kernels, training_windows
@@ -81,14 +81,10 @@ def train_task(
             publish_manifest(
                 tmp,
                 {
-                    "stage": "train",
-                    "input_fingerprints": {"features": features["fingerprint"]},
-                    "config": cfg.model_dump(mode="json"),
-                    "code_version": code_version(),
+                    **manifest_header("train", {"features": features["fingerprint"]}, cfg, timer.seconds),
                     "device": device,
                     "engine": cfg.engine,
                     "num_proc": cfg.num_proc,
-                    "seconds": timer.seconds,
                     "rows_in": features["rows_out"],
                     "rows_out": data["times"] * data["elements"],
                     "data": {k: v for k, v in data.items() if k != "feature_names"},

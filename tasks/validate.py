@@ -7,7 +7,7 @@ from typing import Any
 
 from prefect import task
 
-from tasks.common import TASK_OPTIONS, Timer, publish_stage_artifact, stage_result
+from tasks.common import TASK_OPTIONS, Timer, manifest_header, publish_stage_artifact, stage_result
 from tasks.core.config import IngestConfig, ValidateConfig
 from tasks.core.errors import DataRejected
 from tasks.core.raw import discover
@@ -40,16 +40,12 @@ def validate_task(
             publish_manifest(
                 tmp,
                 {
-                    "stage": "validate",
+                    **manifest_header("validate", {"raw": raw_fp}, cfg, timer.seconds),
                     "raw": str(layout.root),
-                    "input_fingerprints": {"raw": raw_fp},
-                    "config": cfg.model_dump(mode="json"),
-                    "code_version": code_version(),
                     "rows_in": sum(summary["rows"].values()),
                     "rows_out": sum(summary["rows"].values()),
                     "rows_quarantined": 0,
                     "quarantine_rate": rate,
-                    "seconds": timer.seconds,
                     "data_docs_rel": DOCS if cfg.build_data_docs else None,
                     **{k: v for k, v in summary.items() if k not in ("result_json", "data_docs")},
                 },
