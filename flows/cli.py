@@ -83,12 +83,11 @@ def _human_summary(s: dict[str, Any], wall: float) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from flows.pipeline import fault_prediction_pipeline
-    from tasks.core.config import ConfigError, load_config, parse_overrides
+    from tasks.core.config import ConfigError, load_config
     from tasks.core.errors import DataRejected
 
     try:
         load_config(args.profile, args.set)  # fail fast, before any engine starts
-        parse_overrides(args.set)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.json:

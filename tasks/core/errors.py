@@ -11,7 +11,3 @@ class DataRejected(ValueError):
     ) -> None:
         self.file, self.column, self.expected = file, column, expected
         super().__init__(message)
-
-
-class TransientStageError(RuntimeError):
-    """A failure a retry may cure (I/O, a lost executor or worker, an unreachable server)."""

@@ -14,7 +14,18 @@ from .metrics import classification_metrics, lead_times
 from .model import FaultGNN, normalised_adjacency, windows_at
 from .topology import Topology
 
-RULE = "alarms_major_1h + 0.5*alarms_minor_1h + 0.25*alarms_warning_1h + packet_loss_pct_mean_3/10"
+# The threshold rule a NOC would write: weighted precursor alarms in the last hour plus recent packet loss.
+RULE_WEIGHTS = {
+    "alarms_major_1h": 1.0,
+    "alarms_minor_1h": 0.5,
+    "alarms_warning_1h": 0.25,
+    "packet_loss_pct_mean_3": 0.1,
+}
+RULE = " + ".join(f"{w:g}*{c}" for c, w in RULE_WEIGHTS.items())
+
+
+def rule_scores(df: pd.DataFrame) -> np.ndarray:
+    return sum(w * df[c].to_numpy(np.float64) for c, w in RULE_WEIGHTS.items())
 
 
 def model_scores(model_path: Path, data_path: Path) -> tuple[np.ndarray, FaultGNN]:
@@ -66,12 +77,7 @@ def evaluate(
     tree.fit(df.loc[train, names].to_numpy(), df.loc[train, "label"].to_numpy())
     test_df = df[test].reset_index(drop=True)
     scores_tree = tree.predict_proba(test_df[names].to_numpy())[:, 1]
-    scores_rule = (
-        test_df["alarms_major_1h"]
-        + 0.5 * test_df["alarms_minor_1h"]
-        + 0.25 * test_df["alarms_warning_1h"]
-        + test_df["packet_loss_pct_mean_3"] / 10
-    ).to_numpy()
+    scores_rule = rule_scores(test_df)
     gnn, _ = model_scores(model_path, data_path)
     scores_gnn = gnn[t_idx[test] - test_t[0], e_idx[test]]
     y = test_df["label"].to_numpy().astype(int)

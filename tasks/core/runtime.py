@@ -188,9 +188,6 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
     }
 
 
-_SPARK: dict[str, Any] = {}
-
-
 def spark_session(conf: dict[str, str]):
     """A SparkSession for this process (reused; a handle never enters a cache key)."""
     from pyspark.sql import SparkSession
@@ -205,7 +202,6 @@ def spark_session(conf: dict[str, str]):
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    _SPARK["session"] = spark
     return spark
 
 

@@ -7,7 +7,6 @@ deterministic for a seed and streams day by day, so memory stays bounded by one 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -240,7 +239,3 @@ def _alarm_frame(topo, rows, t0, rng) -> pd.DataFrame:
             "text": [f"{r[3]} on {topo.names[r[1]]}" for r in rows],
         }
     )
-
-
-def read_ground_truth(raw: Path) -> dict:
-    return json.loads((Path(raw) / "ground_truth.json").read_text())

@@ -93,6 +93,3 @@ class Tracker:
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status)
-
-    def run_url(self, run_id: str) -> str:
-        return f"{self.uri} experiment {self.experiment_id} run {run_id}"

@@ -83,8 +83,9 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
         "kpi": kpi_rules(list(topo.element_ids), layout.start, layout.end),
         "alarms": alarm_rules(list(topo.element_ids), layout.start, layout.end),
     }
-    for source, df in frames.items():
-        if df is None or df.count() == 0:
+    row_counts = {source: df.count() if df is not None else 0 for source, df in frames.items()}
+    for source, rows in row_counts.items():
+        if rows == 0:
             where = layout.root / source
             raise DataRejected(f"{where}: the {source} source is empty (expected at least one row)", file=str(where))
     frames["alarms"] = frames["alarms"].cache()
@@ -117,7 +118,7 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
         results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions)
         counts[source] = rule_counts(df, rules[source])
         counts[source]["malformed"] = df.filter(F.col(CORRUPT).isNotNull()).count()
-        summary[source] = {"rows": df.count()}
+        summary[source] = {"rows": row_counts[source]}
     topo_df = spark.createDataFrame([(e,) for e in topo.element_ids], "element_id string")
     results["topology"] = _run_suite(
         context,
