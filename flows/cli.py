@@ -120,6 +120,47 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if summary["status"] == "completed" else EXIT_FAIL
 
 
+def _print_checks(report: dict[str, Any], title: str) -> None:
+    print(f"{title}: {report['verdict'].upper()}" + (f"  (MLflow run {report['run_id']})" if report.get("run_id") else ""))
+    for r in report["checks"]:
+        print(f"  {r['status'].upper():<5} {r['id']:<32} {str(r['evidence'])[:160]}")
+        if r["remedy"]:
+            print(f"        fix: {r['remedy']}")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from flows.checklist import presubmit_checklist
+    from tasks.core.checklist import public
+    from tasks.core.config import ConfigError
+    from tasks.core.evidence import RunNotFound
+
+    try:
+        report = presubmit_checklist(
+            run_id=args.run, profile=args.profile, overrides=list(args.set or []), probe_nccl=not args.no_probe
+        )
+    except (RunNotFound, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if args.json:
+            _print_json({"verdict": "fail", "run_id": args.run, "error": str(exc), "checks": []})
+        return EXIT_FAIL
+    _print_checks(report, "Pre-submission checklist")
+    print(f"reports: {report['files']['markdown']}  {report['files']['json']}")
+    if args.json:
+        _print_json(public(report))
+    return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from tasks.core.checklist import evaluate, public
+    from tasks.core.doctor import DOCTOR_CHECKS, gather
+
+    report = evaluate(gather(), DOCTOR_CHECKS)
+    _print_checks(report, "Environment doctor")
+    if args.json:
+        _print_json(public(report))
+    return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from tasks.core.config import load_config
 
@@ -171,6 +212,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="recompute every stage")
     r.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     r.set_defaults(func=cmd_run)
+    c = sub.add_parser("check", help="pre-submission checklist of a pipeline run (exit 1 when a check fails)")
+    c.add_argument("--run", help="MLflow run id (default: the latest pipeline run)")
+    c.add_argument("--profile", default="local")
+    c.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    c.add_argument("--no-probe", action="store_true", help="skip the live NCCL pairwise probe")
+    c.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
+    c.set_defaults(func=cmd_check)
+    d = sub.add_parser("doctor", help="environment checks, runnable before any pipeline run")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
     b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
     b.add_argument("what", choices=["ingest", "train"])
     b.add_argument("--topology", help="topohub key (train): default the profile's workload topology")
@@ -187,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     args = build_parser().parse_args(argv)
     return args.func(args)
 

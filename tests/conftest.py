@@ -71,3 +71,14 @@ def tiny_features(tiny_lake, tmp_path_factory) -> Path:
         client.cluster.close()
     (out / "topology.json").write_bytes((tiny_lake / "topology.json").read_bytes())
     return out
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(tmp_path_factory):
+    """One real pipeline run (small workload) through the CLI: (root, JSON summary, process)."""
+    from tests.helpers import SMALL, faultline, last_json
+
+    root = tmp_path_factory.mktemp("e2e")
+    proc = faultline("run", *SMALL, "--set", f"paths.root={root}", "--json", root=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return root, last_json(proc.stdout), proc

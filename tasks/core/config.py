@@ -30,6 +30,7 @@ class WorkloadConfig(_Section):
 
 class PathsConfig(_Section):
     root: str = Field(".faultline", description="store root; stage outputs, MLflow and raw data live here")
+    bench_results: str = Field("bench/results", description="benchmark JSON (baseline, scaling, ...) lives here")
 
 
 class MlflowConfig(_Section):

@@ -68,11 +68,13 @@ def _parquet_facts(path: Path) -> dict[str, Any]:
     files = sorted(path.rglob("*.parquet"))
     groups = [pq.ParquetFile(f).metadata for f in files]
     rg_bytes = [m.row_group(i).total_byte_size for m in groups for i in range(m.num_row_groups)]
+    full = [m.row_group(i).total_byte_size for m in groups for i in range(m.num_row_groups - 1)]
     return {
         "files": len(files),
         "bytes": sum(f.stat().st_size for f in files),
         "row_groups": len(rg_bytes),
         "max_row_group_bytes": max(rg_bytes, default=0),
+        "full_row_group_bytes": full,  # every row group but each file's last (which holds the remainder)
         "rows": sum(m.num_rows for m in groups),
     }
 

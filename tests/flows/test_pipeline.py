@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import SMALL, faultline, last_json
+
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
-SMALL = [
-    "--set",
-    "workload.topology=topozoo/Abilene",
-    "--set",
-    "workload.days=3",
-    "--set",
-    "train.epochs=2",
-    "--set",
-    "train.hidden=8",
-    "--set",
-    "ingest.master=local[2]",
-]
-
-
-def faultline(*args: str, root: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PREFECT_HOME": str(root / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-
-
-def last_json(out: str) -> dict:
-    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
-    proc = faultline("run", *SMALL, "--set", f"paths.root={root}", "--json", root=root)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return root, last_json(proc.stdout), proc
+def first_run(pipeline_run):
+    return pipeline_run
 
 
 def test_pipeline_runs_every_stage(first_run):

@@ -1,0 +1,62 @@
+"""The pre-submission checklist flow: is this pipeline run fit to hand in? (evidence -> verdict)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from prefect import flow, task
+from pydantic import Field
+
+from tasks.common import TASK_OPTIONS, publish_table
+from tasks.core.checklist import evaluate, to_markdown, to_table, write_reports
+from tasks.core.config import FaultlineConfig, load_config
+
+
+@task(name="gather-evidence", **TASK_OPTIONS)
+def gather_evidence(cfg: FaultlineConfig, run_id: str | None, probe_nccl: bool) -> dict[str, Any]:
+    from tasks.core.evidence import live_probes, run_evidence, scaling_evidence
+    from tasks.tracking import tracker_for
+
+    ev = run_evidence(tracker_for(cfg), run_id)
+    ev.update(scaling_evidence(Path(cfg.paths.bench_results)))
+    ev["probes"] = live_probes(nccl=probe_nccl)
+    return ev
+
+
+@task(name="publish-checklist", **TASK_OPTIONS)
+def publish_checklist(cfg: FaultlineConfig, report: dict[str, Any]) -> dict[str, str]:
+    from prefect.artifacts import create_markdown_artifact
+
+    from tasks.common import store_root
+    from tasks.tracking import tracker_for
+
+    out = store_root(cfg.paths.root) / "checklists" / str(report["run_id"])
+    j, m = write_reports(report, out)
+    tr = tracker_for(cfg)
+    tr.log_artifact(report["run_id"], j, "checklist")
+    tr.log_artifact(report["run_id"], m, "checklist")
+    tr.set_tags(report["run_id"], {"checklist_verdict": report["verdict"]})
+    try:
+        create_markdown_artifact(key="presubmit-checklist", markdown=to_markdown(report), description="verdict")
+    except Exception as exc:  # an artifact is a view; never fail the checklist for it
+        print(f"could not create the checklist artifact: {exc}")
+    publish_table("presubmit-checklist-table", to_table(report), "pre-submission checks")
+    return {"json": str(j), "markdown": str(m)}
+
+
+@flow(name="presubmit_checklist", log_prints=True)
+def presubmit_checklist(
+    run_id: Annotated[str | None, Field(description="MLflow run id; default: the latest pipeline run")] = None,
+    profile: Annotated[str, Field(description="profile the run used (where its MLflow store is)")] = "local",
+    overrides: Annotated[list[str] | None, Field(description="config overrides, section.key=value")] = None,
+    probe_nccl: Annotated[bool, Field(description="run the pairwise NCCL probe when >= 2 GPUs")] = True,
+) -> dict[str, Any]:
+    cfg = load_config(profile, overrides or [])
+    ev = gather_evidence(cfg, run_id, probe_nccl)
+    report = evaluate(ev)
+    report["files"] = publish_checklist(cfg, report)
+    for r in report["checks"]:
+        print(f"{r['status'].upper():<5} {r['id']}: {r['evidence']}")
+    print(f"verdict: {report['verdict']}")
+    return report
