@@ -121,7 +121,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_checks(report: dict[str, Any], title: str) -> None:
-    print(f"{title}: {report['verdict'].upper()}" + (f"  (MLflow run {report['run_id']})" if report.get("run_id") else ""))
+    print(
+        f"{title}: {report['verdict'].upper()}" + (f"  (MLflow run {report['run_id']})" if report.get("run_id") else "")
+    )
     for r in report["checks"]:
         print(f"  {r['status'].upper():<5} {r['id']:<32} {str(r['evidence'])[:160]}")
         if r["remedy"]:
@@ -162,29 +164,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tasks.core.config import load_config
+    from flows.benchmark import benchmark
 
-    cfg = load_config(args.profile, args.set)
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    if args.what == "ingest":
-        from tasks.core.bench_ingest import bench_ingest
-
-        result = bench_ingest(work, args.size_gb, cfg.ingest)
-    elif args.what == "train":
-        from tasks.core.bench_train import bench_train
-
-        result = bench_train(work / "train", cfg.train, args.topology or cfg.workload.topology, args.times)
-    else:  # pragma: no cover - argparse restricts the choices
-        raise SystemExit(f"unknown benchmark {args.what}")
-    out = Path(args.results) / f"{args.what}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    if not args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "hardware"}, indent=1))
-    print(f"wrote {out}", file=sys.stderr)
+    overrides = list(args.set or [])
+    if args.results:
+        overrides.append(f"paths.bench_results={args.results}")
+    opts = {
+        "size_gb": args.size_gb,
+        "times": args.times,
+        "topology": args.topology,
+        "rows": args.rows,
+        "lake": args.lake,
+    }
+    suites = ["baseline", "scaling"] if args.what == "all" else [args.what]
+    out = benchmark(
+        suites=suites,
+        profile=args.profile,
+        overrides=overrides,
+        size=args.size,
+        max_workers=args.max_workers,
+        work=args.work,
+        options=opts,
+    )
+    for name, result in out.items():
+        if not args.json:
+            print(json.dumps({k: v for k, v in result.items() if k not in ("hardware", "runs")}, indent=1, default=str))
+        print(f"wrote {Path(args.results or 'bench/results') / (name + '.json')}", file=sys.stderr)
     if args.json:
-        _print_json(result)
+        _print_json(out[suites[-1]] if len(suites) == 1 else out)
     return EXIT_OK
 
 
@@ -223,14 +230,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_doctor)
     b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
-    b.add_argument("what", choices=["ingest", "train"])
+    b.add_argument("what", choices=["all", "baseline", "scaling", "ingest", "train", "features"])
+    b.add_argument("--size", choices=["small", "full"], default="full", help="small: a quick test of the flow")
+    b.add_argument("--max-workers", type=int, help="scaling: up to N workers (default: the profile's)")
     b.add_argument("--topology", help="topohub key (train): default the profile's workload topology")
-    b.add_argument("--times", type=int, default=2016, help="snapshots of synthetic data (train)")
+    b.add_argument("--times", type=int, default=None, help="snapshots of synthetic data (train; default 2016)")
+    b.add_argument("--rows", type=int, default=None, help="KPI rows (features)")
+    b.add_argument("--lake", help="an existing ingest output to grow the features input from (features)")
     b.add_argument("--profile", default="local")
     b.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    b.add_argument("--size-gb", type=float, default=1.0, help="raw input size (ingest)")
+    b.add_argument("--size-gb", type=float, default=None, help="raw input size (ingest; default 1.0)")
     b.add_argument("--work", default=".faultline/bench", help="scratch directory (inputs are reused)")
-    b.add_argument("--results", default="bench/results", help="where the JSON goes")
+    b.add_argument("--results", default=None, help="where the JSON goes (default: paths.bench_results)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
     return p

@@ -53,14 +53,17 @@ extern "C" __global__ void neighbor_agg(const T* __restrict__ values, const long
 """
 
 
-def neighbor_agg_cuda(values, indptr, indices, block: int = 256):
+def neighbor_agg_cuda(values, indptr, indices, block: int = 256, out=None):
     import cupy as cp
 
     v = cp.ascontiguousarray(cp.asarray(values))
     t, e, f = v.shape
     ctype = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[np.dtype(v.dtype)]
     kern = cp.RawKernel(f"#define T {ctype}\n" + _SOURCE, "neighbor_agg")
-    out = cp.empty((t, e, f, 2), dtype=v.dtype)
+    if out is None:
+        out = cp.empty((t, e, f, 2), dtype=v.dtype)
+    elif out.shape != (t, e, f, 2) or out.dtype != v.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {v.dtype} array of shape {(t, e, f, 2)}")
     grid = (int(t * e * f + block - 1) // block,)
     kern(
         grid,

@@ -16,14 +16,29 @@ KERNEL_VERSION = "rolling-1"
 STATS = ("mean", "std", "max", "slope")
 
 
-def rolling_stats_reference(values: np.ndarray, indptr: np.ndarray, windows: tuple[int, ...]) -> np.ndarray:
-    """values [N, F] -> out [N, F, len(windows), 4] (float64)."""
+def rolling_stats_reference(
+    values: np.ndarray, indptr: np.ndarray, windows: tuple[int, ...], block: int = 1 << 16
+) -> np.ndarray:
+    """values [N, F] -> out [N, F, len(windows), 4] (float64). Works in row blocks (with the longest
+    window's rows before each block as context), so memory stays bounded; each row's arithmetic is the same."""
     values = np.asarray(values, dtype=np.float64)
     if values.ndim == 1:
         values = values[:, None]
     n, f = values.shape
     out = np.empty((n, f, len(windows), len(STATS)), dtype=np.float64)
     seg_start = np.repeat(np.asarray(indptr[:-1]), np.diff(indptr))
+    context = max(windows) - 1
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        ctx = max(0, lo - context)
+        part = _reference_block(values[ctx:hi], np.maximum(seg_start[ctx:hi] - ctx, 0), windows)
+        out[lo:hi] = part[lo - ctx :]
+    return out
+
+
+def _reference_block(values: np.ndarray, seg_start: np.ndarray, windows: tuple[int, ...]) -> np.ndarray:
+    n, f = values.shape
+    out = np.empty((n, f, len(windows), len(STATS)), dtype=np.float64)
     idx = np.arange(n)
     for wi, w in enumerate(windows):
         start = np.maximum(seg_start, idx - w + 1)
@@ -84,8 +99,9 @@ def _kernel(dtype):
     return cp.RawKernel(f"#define T {ctype}\n" + _SOURCE, "rolling_stats")
 
 
-def rolling_stats_cuda(values, indptr, windows: tuple[int, ...], block: int = 256):
-    """CuPy launcher: values [N, F] (device, float32/float64) -> [N, F, W, 4] on the device."""
+def rolling_stats_cuda(values, indptr, windows: tuple[int, ...], block: int = 256, out=None):
+    """CuPy launcher: values [N, F] (device, float32/float64) -> [N, F, W, 4] on the device (into ``out``
+    when given, e.g. a buffer poisoned with NaN by a test so unwritten rows show)."""
     import cupy as cp
 
     v = cp.ascontiguousarray(cp.asarray(values))
@@ -95,7 +111,10 @@ def rolling_stats_cuda(values, indptr, windows: tuple[int, ...], block: int = 25
     ptr = cp.asarray(indptr, dtype=cp.int64)
     seg_start = _segment_starts(ptr, n)
     w = cp.asarray(np.asarray(windows, dtype=np.int32))
-    out = cp.empty((n, f, len(windows), 4), dtype=v.dtype)
+    if out is None:
+        out = cp.empty((n, f, len(windows), 4), dtype=v.dtype)
+    elif out.shape != (n, f, len(windows), 4) or out.dtype != v.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {v.dtype} array of shape {(n, f, len(windows), 4)}")
     grid = (int(n * f + block - 1) // block,)
     _kernel(v.dtype)(grid, (block,), (v, seg_start, w, np.int32(len(windows)), np.int64(n), np.int32(f), out))
     return out

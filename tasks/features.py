@@ -76,6 +76,7 @@ def features_task(lake: str, lake_fp: str, cfg: FeaturesConfig, root: Path, forc
         out,
         {
             "backend": m["backend"],
+            "lake_fingerprint": lake_fp,
             "feature_names": m["features"]["names"],
             "positives": m["positives"],
             "dask_dashboard": m["dask_dashboard"],

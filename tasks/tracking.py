@@ -107,7 +107,11 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, dict[str, An
             },
         )
         tr.log_artifact(run_id, Path(st["output"]) / "_manifest.json", f"manifests/{name}")
-    tags = {"data_fingerprint": stages["validate"]["raw_fingerprint"]} if "validate" in stages else {}
+    tags = {}
+    if "validate" in stages:
+        tags["data_fingerprint"] = stages["validate"]["raw_fingerprint"]
+    elif "features" in stages:  # started from an existing lake: the lake is the data
+        tags["data_fingerprint"] = f"lake:{stages['features']['lake_fingerprint']}"
     if "features" in stages:
         tags["features_fingerprint"] = stages["features"]["fingerprint"]
         tags["features_backend"] = stages["features"]["backend"]

@@ -68,7 +68,9 @@ def check_kernel_timeline(ev: dict[str, Any]) -> Outcome:
     top = kt.get("top_kernels") or []
     if kind.startswith("nsys") or (kt.get("file") and kt.get("cuda_kernels", 0) > 0 and top):
         listing = "; ".join(f"{k['kernel'][:60]} {k['total_us'] / 1000:.2f} ms x{k['calls']}" for k in top[:5])
-        return Outcome(PASS, f"{kind} `{kt.get('file')}` with {kt.get('cuda_kernels')} CUDA kernels; top: {listing}", top)
+        return Outcome(
+            PASS, f"{kind} `{kt.get('file')}` with {kt.get('cuda_kernels')} CUDA kernels; top: {listing}", top
+        )
     if kt.get("file"):
         return Outcome(FAIL, f"{kind} `{kt['file']}` holds no CUDA kernel events")
     return Outcome(FAIL, "no nsys report or profiler trace was recorded for training")
@@ -81,7 +83,9 @@ def check_dynamic_allocation(ev: dict[str, Any]) -> Outcome:
     conf = ingest.get("spark_conf") or {}
     value = conf.get("spark.dynamicAllocation.enabled")
     if value is None:
-        return Outcome(FAIL, "the ingest manifest holds no effective Spark conf (spark.dynamicAllocation.enabled unset)")
+        return Outcome(
+            FAIL, "the ingest manifest holds no effective Spark conf (spark.dynamicAllocation.enabled unset)"
+        )
     if str(value).lower() == "false":
         return Outcome(PASS, f"spark.dynamicAllocation.enabled={value} (master {conf.get('spark.master')})")
     return Outcome(FAIL, f"spark.dynamicAllocation.enabled={value}")
@@ -213,8 +217,11 @@ def check_max_direct_memory(ev: dict[str, Any]) -> Outcome:
     if ingest is None:
         return Outcome(NA, "the run has no ingest stage")
     conf = ingest.get("spark_conf") or {}
-    bad = [k for k in ("spark.executor.extraJavaOptions", "spark.driver.extraJavaOptions")
-           if "-XX:MaxDirectMemorySize=" not in conf.get(k, "")]
+    bad = [
+        k
+        for k in ("spark.executor.extraJavaOptions", "spark.driver.extraJavaOptions")
+        if "-XX:MaxDirectMemorySize=" not in conf.get(k, "")
+    ]
     if bad:
         return Outcome(FAIL, f"-XX:MaxDirectMemorySize is not set in {', '.join(bad)}")
     import re
@@ -302,46 +309,108 @@ def check_infiniband(ev: dict[str, Any]) -> Outcome:
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("kernel_timeline", "Kernel timeline captured for training", "train manifest kernel_timeline",
-          "Profile training on the GPU: the train stage writes a torch.profiler trace (trace.json); for nsys run "
-          "`nsys profile -t cuda,nvtx -o train faultline run --profile gpu --from train` and record the report.",
-          check_kernel_timeline),
-    Check("spark_dynamic_allocation_off", "Spark dynamic allocation off", "ingest manifest spark_conf",
-          "Set spark.dynamicAllocation.enabled=false (tasks/core/runtime.spark_conf does; remove any override in "
-          "ingest.extra_conf).", check_dynamic_allocation),
-    Check("nccl_matrix_symmetric", "NCCL pairwise bandwidth matrix symmetric", "live probe + nvidia-smi topo -m",
-          "An asymmetric pair points at a degraded link: compare `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; "
-          "reseat or exclude the GPU; keep NCCL_NVLS_ENABLE=0 on hosts without NVLink multicast.",
-          check_nccl_matrix, "env"),
-    Check("gpu_utilization", f"GPU utilization > {GPU_UTIL_TARGET:.0f} % in steady state",
-          "train manifest gpu_utilization (NVML samples)",
-          "Feed the GPU: keep tensors on the device, raise train.batch_size, check data_wait_s per epoch; "
-          "see the utilization plot in MLflow (training/gpu_utilization.png).", check_gpu_utilization),
-    Check("mlflow_complete", "MLflow run complete", "MLflow run params/metrics/tags/artifacts",
-          "Rerun the pipeline to completion (a failed or cut run leaves the MLflow run incomplete); "
-          "tasks/tracking.record_run logs everything required.", check_mlflow_complete),
-    Check("validation_passed", "Validation passed, quarantine under its threshold", "validate + ingest manifests",
-          "Inspect the GX Data Docs and the quarantine Parquet (one column per rule) and fix the export; "
-          "raise validate.max_quarantine_rate only with a reason.", check_validation),
-    Check("executor_memory_rule", "Executor memory = GPU memory x 1.2 + 2 GB", "ingest manifest spark_conf",
-          "Leave ingest.executor_memory_gb unset so it follows the rule; executor OOM in off-heap buffers -> "
-          "set -XX:MaxDirectMemorySize (ingest.max_direct_memory_gb).", check_executor_memory),
-    Check("max_direct_memory_set", "MaxDirectMemorySize set for driver and executors", "ingest manifest spark_conf",
-          "Executor OOM (direct buffer memory) -> set -XX:MaxDirectMemorySize via ingest.max_direct_memory_gb.",
-          check_max_direct_memory),
-    Check("gpu_memory_fraction_set", "GPU memory fraction set for training", "train manifest memory_fraction",
-          "CUDA OOM from fragmentation -> set train.memory_fraction (e.g. 0.8) so the caching allocator leaves "
-          "headroom; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps too.", check_memory_fraction),
-    Check("parquet_row_groups", f"Parquet row groups near {ROW_GROUP_TARGET_MB} MB", "ingest manifest parquet facts",
-          f"Set ingest.parquet_block_size_mb={ROW_GROUP_TARGET_MB} (spark.hadoop.parquet.block.size) and write "
-          "fewer, larger files.", check_row_groups),
-    Check("scaling_report_present", "Strong and weak scaling report present", "bench/results/scaling.json",
-          "Run `faultline bench scaling` (the benchmark flow) on the submission hardware.", check_scaling_report),
-    Check("seeds_and_environment_recorded", "Seeds and environment recorded", "MLflow params + environment.json",
-          "Run through the pipeline flow, which logs the seeds and environment/environment.json to MLflow.",
-          check_seeds_environment),
-    Check("horovod_infiniband", "Horovod over InfiniBand avoids the openib BTL", "live probe /sys/class/infiniband",
-          f"Horovod allreduce hangs over InfiniBand -> export {IB_FIX}.", check_infiniband, "env"),
+    Check(
+        "kernel_timeline",
+        "Kernel timeline captured for training",
+        "train manifest kernel_timeline",
+        "Profile training on the GPU: the train stage writes a torch.profiler trace (trace.json); for nsys run "
+        "`nsys profile -t cuda,nvtx -o train faultline run --profile gpu --from train` and record the report.",
+        check_kernel_timeline,
+    ),
+    Check(
+        "spark_dynamic_allocation_off",
+        "Spark dynamic allocation off",
+        "ingest manifest spark_conf",
+        "Set spark.dynamicAllocation.enabled=false (tasks/core/runtime.spark_conf does; remove any override in "
+        "ingest.extra_conf).",
+        check_dynamic_allocation,
+    ),
+    Check(
+        "nccl_matrix_symmetric",
+        "NCCL pairwise bandwidth matrix symmetric",
+        "live probe + nvidia-smi topo -m",
+        "An asymmetric pair points at a degraded link: compare `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; "
+        "reseat or exclude the GPU; keep NCCL_NVLS_ENABLE=0 on hosts without NVLink multicast.",
+        check_nccl_matrix,
+        "env",
+    ),
+    Check(
+        "gpu_utilization",
+        f"GPU utilization > {GPU_UTIL_TARGET:.0f} % in steady state",
+        "train manifest gpu_utilization (NVML samples)",
+        "Feed the GPU: keep tensors on the device, raise train.batch_size, check data_wait_s per epoch; "
+        "see the utilization plot in MLflow (training/gpu_utilization.png).",
+        check_gpu_utilization,
+    ),
+    Check(
+        "mlflow_complete",
+        "MLflow run complete",
+        "MLflow run params/metrics/tags/artifacts",
+        "Rerun the pipeline to completion (a failed or cut run leaves the MLflow run incomplete); "
+        "tasks/tracking.record_run logs everything required.",
+        check_mlflow_complete,
+    ),
+    Check(
+        "validation_passed",
+        "Validation passed, quarantine under its threshold",
+        "validate + ingest manifests",
+        "Inspect the GX Data Docs and the quarantine Parquet (one column per rule) and fix the export; "
+        "raise validate.max_quarantine_rate only with a reason.",
+        check_validation,
+    ),
+    Check(
+        "executor_memory_rule",
+        "Executor memory = GPU memory x 1.2 + 2 GB",
+        "ingest manifest spark_conf",
+        "Leave ingest.executor_memory_gb unset so it follows the rule; executor OOM in off-heap buffers -> "
+        "set -XX:MaxDirectMemorySize (ingest.max_direct_memory_gb).",
+        check_executor_memory,
+    ),
+    Check(
+        "max_direct_memory_set",
+        "MaxDirectMemorySize set for driver and executors",
+        "ingest manifest spark_conf",
+        "Executor OOM (direct buffer memory) -> set -XX:MaxDirectMemorySize via ingest.max_direct_memory_gb.",
+        check_max_direct_memory,
+    ),
+    Check(
+        "gpu_memory_fraction_set",
+        "GPU memory fraction set for training",
+        "train manifest memory_fraction",
+        "CUDA OOM from fragmentation -> set train.memory_fraction (e.g. 0.8) so the caching allocator leaves "
+        "headroom; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps too.",
+        check_memory_fraction,
+    ),
+    Check(
+        "parquet_row_groups",
+        f"Parquet row groups near {ROW_GROUP_TARGET_MB} MB",
+        "ingest manifest parquet facts",
+        f"Set ingest.parquet_block_size_mb={ROW_GROUP_TARGET_MB} (spark.hadoop.parquet.block.size) and write "
+        "fewer, larger files.",
+        check_row_groups,
+    ),
+    Check(
+        "scaling_report_present",
+        "Strong and weak scaling report present",
+        "bench/results/scaling.json",
+        "Run `faultline bench scaling` (the benchmark flow) on the submission hardware.",
+        check_scaling_report,
+    ),
+    Check(
+        "seeds_and_environment_recorded",
+        "Seeds and environment recorded",
+        "MLflow params + environment.json",
+        "Run through the pipeline flow, which logs the seeds and environment/environment.json to MLflow.",
+        check_seeds_environment,
+    ),
+    Check(
+        "horovod_infiniband",
+        "Horovod over InfiniBand avoids the openib BTL",
+        "live probe /sys/class/infiniband",
+        f"Horovod allreduce hangs over InfiniBand -> export {IB_FIX}.",
+        check_infiniband,
+        "env",
+    ),
 )
 
 

@@ -18,8 +18,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
 SCALING = {
     "device": "cpu",
     **{
-        stage: {mode: {"points": [{"workers": 1, "efficiency": 1.0}, {"workers": 2, "efficiency": 0.9}]}
-                for mode in ("strong", "weak")}
+        stage: {
+            mode: {"points": [{"workers": 1, "efficiency": 1.0}, {"workers": 2, "efficiency": 0.9}]}
+            for mode in ("strong", "weak")
+        }
         for stage in ("features", "train")
     },
 }
@@ -46,13 +48,24 @@ def gpu_run(ev):
     t = ev["manifests"]["train"]
     t["device"] = "cuda"
     t["memory_fraction"] = 0.8
-    t["gpu_utilization"] = {"available": True, "mean": 41.0, "steady_mean": 93.6, "steady_samples": 40,
-                            "steady_definition": "training steps of epochs 2.."}
-    t["kernel_timeline"] = {"kind": "torch.profiler chrome trace", "file": "trace.json", "cuda_kernels": 37,
-                            "top_kernels": [{"kernel": "ampere_bf16_s16816gemm", "total_us": 812.0, "calls": 30}]}
+    t["gpu_utilization"] = {
+        "available": True,
+        "mean": 41.0,
+        "steady_mean": 93.6,
+        "steady_samples": 40,
+        "steady_definition": "training steps of epochs 2..",
+    }
+    t["kernel_timeline"] = {
+        "kind": "torch.profiler chrome trace",
+        "file": "trace.json",
+        "cuda_kernels": 37,
+        "top_kernels": [{"kernel": "ampere_bf16_s16816gemm", "total_us": 812.0, "calls": 30}],
+    }
     ev["environment"]["hardware"]["gpus"] = [{"index": 0, "name": "NVIDIA H200", "memory_gb": 139.8}]
     ev["environment"]["hardware"]["driver"] = "580.95.05"
-    ev["manifests"]["ingest"]["spark_conf"]["spark.executor.memory"] = "173834m"  # 139.8 x 1.2 + 2 GB, as runtime._mb writes it
+    ev["manifests"]["ingest"]["spark_conf"]["spark.executor.memory"] = (
+        "173834m"  # 139.8 x 1.2 + 2 GB, as runtime._mb writes it
+    )
     return ev
 
 
@@ -74,8 +87,13 @@ def test_real_cpu_run_passes_with_gpu_checks_not_applicable(evidence):
     report = cl.evaluate(evidence)
     status = {c["id"]: c["status"] for c in report["checks"]}
     assert report["verdict"] == "pass", [c for c in report["checks"] if c["status"] == "fail"]
-    for gpu_check in ("kernel_timeline", "gpu_utilization", "gpu_memory_fraction_set", "nccl_matrix_symmetric",
-                      "executor_memory_rule"):
+    for gpu_check in (
+        "kernel_timeline",
+        "gpu_utilization",
+        "gpu_memory_fraction_set",
+        "nccl_matrix_symmetric",
+        "executor_memory_rule",
+    ):
         assert status[gpu_check] == cl.NA, gpu_check
     assert all(c["remedy"] == "" for c in report["checks"])
 
@@ -243,8 +261,13 @@ def test_check_cli_on_the_real_run(pipeline_run, tmp_path):
     out = last_json(proc.stdout)
     assert out["verdict"] == "fail" and out["run_id"] == summary["mlflow_run_id"]
     ids = [c["id"] for c in out["checks"]]
-    assert {"kernel_timeline", "spark_dynamic_allocation_off", "nccl_matrix_symmetric", "gpu_utilization",
-            "mlflow_complete"} <= set(ids)
+    assert {
+        "kernel_timeline",
+        "spark_dynamic_allocation_off",
+        "nccl_matrix_symmetric",
+        "gpu_utilization",
+        "mlflow_complete",
+    } <= set(ids)
     failed = [c for c in out["checks"] if c["status"] == "fail"]
     assert [c["id"] for c in failed] == ["scaling_report_present"] and "faultline bench scaling" in failed[0]["remedy"]
     assert {c["status"] for c in out["checks"] if c["id"] in ("gpu_utilization", "kernel_timeline")} == {"na"}
@@ -283,12 +306,23 @@ def test_doctor_reports_the_environment(tmp_path):
 def test_doctor_names_the_fix_when_something_is_missing():
     from tasks.core.doctor import DOCTOR_CHECKS
 
-    ev = {"probes": {"hardware": {"gpus": [{"index": 0, "name": "H200", "memory_gb": 139.8}], "driver": "580"}},
-          "doctor": {"java": {"found": False}, "pyspark": {"found": True, "version": "4.3.0"},
-                     "horovod": {"found": True, "frameworks": {"PyTorch": True}, "controllers": {"Gloo": True},
-                                 "tensor_operations": {"NCCL": False, "Gloo": True}},
-                     "nccl": {"found": True, "version": "2.27.7"}, "cudf": {"found": False, "error": "ImportError"},
-                     "dask_cuda": {"found": True, "version": "26.10"}, "cupy": {"found": True}}}
+    ev = {
+        "probes": {"hardware": {"gpus": [{"index": 0, "name": "H200", "memory_gb": 139.8}], "driver": "580"}},
+        "doctor": {
+            "java": {"found": False},
+            "pyspark": {"found": True, "version": "4.3.0"},
+            "horovod": {
+                "found": True,
+                "frameworks": {"PyTorch": True},
+                "controllers": {"Gloo": True},
+                "tensor_operations": {"NCCL": False, "Gloo": True},
+            },
+            "nccl": {"found": True, "version": "2.27.7"},
+            "cudf": {"found": False, "error": "ImportError"},
+            "dask_cuda": {"found": True, "version": "26.10"},
+            "cupy": {"found": True},
+        },
+    }
     report = cl.evaluate(ev, DOCTOR_CHECKS)
     by = {c["id"]: c for c in report["checks"]}
     assert by["java"]["status"] == "fail" and "openjdk-17" in by["java"]["remedy"]

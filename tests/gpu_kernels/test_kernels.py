@@ -31,6 +31,15 @@ def test_rolling_reference_matches_pandas():
         np.testing.assert_allclose(out[:, :, wi, 3], r.apply(_slope, raw=True).to_numpy(), rtol=1e-8, atol=1e-10)
 
 
+def test_rolling_reference_in_blocks_is_the_same():
+    """The bounded-memory blocked reference gives exactly the one-block result, across block edges."""
+    rng = np.random.default_rng(5)
+    x, indptr = _segments(rng)
+    whole = rolling_stats_reference(x, indptr, WINDOWS, block=len(x))
+    for block in (1, 7, 35, 64):
+        np.testing.assert_array_equal(rolling_stats_reference(x, indptr, WINDOWS, block=block), whole)
+
+
 def test_neighbor_reference_matches_loop():
     rng = np.random.default_rng(2)
     e, t, f = 29, 5, 4
@@ -57,7 +66,9 @@ def test_rolling_cuda_matches_reference(dtype, rtol):
     rng = np.random.default_rng(3)
     x, indptr = _segments(rng)
     ref = rolling_stats_reference(x.astype(dtype), indptr, WINDOWS)
-    got = cp.asnumpy(rolling_stats_cuda(cp.asarray(x.astype(dtype)), indptr, WINDOWS))
+    out = cp.full(ref.shape, cp.nan, dtype=dtype)  # poisoned: an unwritten output shows as NaN
+    got = cp.asnumpy(rolling_stats_cuda(cp.asarray(x.astype(dtype)), cp.asarray(indptr), WINDOWS, out=out))
+    assert not np.isnan(got).any()
     np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol)
 
 
@@ -73,5 +84,7 @@ def test_neighbor_cuda_matches_reference(dtype, rtol):
     indices = rng.integers(0, e, indptr[-1])
     x = rng.normal(size=(t, e, f)).astype(dtype)
     ref = neighbor_agg_reference(x, indptr, indices)
-    got = cp.asnumpy(neighbor_agg_cuda(cp.asarray(x), indptr, indices))
+    out = cp.full(ref.shape, cp.nan, dtype=dtype)  # poisoned
+    got = cp.asnumpy(neighbor_agg_cuda(cp.asarray(x), indptr, indices, out=out))
+    assert not np.isnan(got).any()
     np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol)

@@ -1,0 +1,186 @@
+"""The benchmark flow: day-one baseline, strong/weak scaling, and the stage benchmarks, as one report.
+
+Each suite writes ``<paths.bench_results>/<suite>.json`` (ratios measured in the same run), is logged to
+the MLflow experiment ``<experiment>-bench`` with its plots, and shows a Prefect artifact.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from prefect import flow, task
+from pydantic import Field
+
+from tasks.common import TASK_OPTIONS, publish_table
+from tasks.core.config import FaultlineConfig, load_config
+
+Suite = Literal["baseline", "scaling", "ingest", "train", "features"]
+SIZES = {
+    # scaling: features base lake (topology, days per worker); training synthetic snapshots per worker
+    "small": {
+        "topology": "topozoo/Abilene",
+        "days": 1,
+        "times": 160,
+        "rows": 200_000,
+        "size_gb": 0.05,
+        "train": {"epochs": 4, "hidden": 8},
+    },
+    "full": {
+        "topology": "topozoo/Geant2012",
+        "days": 8,
+        "times": 1008,
+        "rows": 5_000_000,
+        "size_gb": 1.0,
+        "train": {"epochs": 6},
+    },
+}
+
+
+def _write(cfg: FaultlineConfig, name: str, result: dict[str, Any]) -> Path:
+    out = Path(cfg.paths.bench_results) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    tmp.replace(out)  # a reader (the checklist) never sees half a report
+    return out
+
+
+def _track(cfg: FaultlineConfig, name: str, result: dict[str, Any], files: list[Path]) -> str | None:
+    from tasks.tracking import get_tracker
+
+    tr = get_tracker(cfg.mlflow.tracking_uri, f"{cfg.mlflow.experiment}-bench", cfg.paths.root)
+    run_id = tr.start_run(f"bench-{name}", {"benchmark": name, "profile": cfg.profile})
+    flat: dict[str, float] = {}
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k not in ("hardware", "runs", "points"):
+                    walk(f"{prefix}.{k}" if prefix else str(k), x)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            flat[prefix] = v
+
+    walk("", result)
+    tr.log_metrics(run_id, flat)
+    for f in files:
+        tr.log_artifact(run_id, f)
+    tr.end_run(run_id)
+    return run_id
+
+
+@task(name="bench-baseline", **TASK_OPTIONS)
+def baseline_task(cfg: FaultlineConfig, size: str) -> dict[str, Any]:
+    from tasks.core.bench_baseline import bench_baseline
+
+    res = bench_baseline(cfg.ingest, SIZES[size]["rows"], Path(cfg.paths.bench_results) / "baseline.json")
+    path = _write(cfg, "baseline", res)
+    res["mlflow_run_id"] = _track(cfg, "baseline", res, [path])
+    rows = [
+        {
+            "workload": k,
+            "spark_s": res["spark_seconds"][k],
+            "pandas_s": res["pandas_seconds"][k],
+            "spark_vs_pandas": res["spark_vs_pandas"][k],
+        }
+        for k in res.get("spark_seconds", {})
+    ]
+    probe = {"cpu copy GB/s": res["cpu"]["copy_gb_s"], "cpu fp32 GFLOP/s": res["cpu"]["matmul_fp32_gflops"]}
+    if res.get("gpu"):
+        probe.update(
+            {"gpu d2d GB/s": res["gpu"]["d2d_copy_gb_s"], "gpu bf16 TFLOP/s": res["gpu"]["matmul_bf16_tflops"]}
+        )
+    rows.append({"workload": "probe", **probe})
+    publish_table("bench-baseline", rows, f"baseline on {res['hardware_key']}")
+    return res
+
+
+@task(name="bench-scaling", **TASK_OPTIONS)
+def scaling_task(cfg: FaultlineConfig, size: str, max_workers: int | None, work: Path) -> dict[str, Any]:
+    from prefect.artifacts import create_markdown_artifact
+
+    from tasks.core import bench_scaling as bs
+    from tasks.core.runtime import dataframe_backend
+
+    sz = SIZES[size]
+    train_cfg = cfg.train.model_copy(update=sz["train"])
+    report: dict[str, Any] = {"benchmark": "scaling", "size": size, "hardware": bs.detect_hardware().as_dict()}
+    hw = bs.detect_hardware()
+    report["device"] = hw.gpus[0].name if hw.gpus else f"{hw.cpu_count}-core CPU"
+    report["features"] = bs.features_scaling(
+        work / "features",
+        cfg.features,
+        cfg.ingest,
+        sz["topology"],
+        sz["days"],
+        max_workers or cfg.features.n_workers,
+        dataframe_backend(cfg.features),
+        print,
+    )
+    report["train"] = bs.train_scaling(
+        work / "train", train_cfg, sz["topology"], sz["times"], max_workers or cfg.train.num_proc, print
+    )
+    png = bs.plot_scaling(report, Path(cfg.paths.bench_results) / "scaling.png")
+    path = _write(cfg, "scaling", report)
+    report["mlflow_run_id"] = _track(cfg, "scaling", report, [path, png])
+    table = bs.markdown_table(report)
+    try:
+        create_markdown_artifact(
+            key="bench-scaling",
+            markdown=f"## Scaling on {report['device']}\n\n{table}\n\nPlot: `{png.resolve()}` (also in MLflow run "
+            f"`{report['mlflow_run_id']}`)\n",
+            description="strong and weak scaling",
+        )
+    except Exception as exc:
+        print(f"could not create the scaling artifact: {exc}")
+    print(table)
+    return report
+
+
+@task(name="bench-stage", **TASK_OPTIONS)
+def stage_bench_task(cfg: FaultlineConfig, suite: str, size: str, work: Path, opts: dict[str, Any]) -> dict[str, Any]:
+    if suite == "ingest":
+        from tasks.core.bench_ingest import bench_ingest
+
+        res = bench_ingest(work / "ingest", opts.get("size_gb") or SIZES[size]["size_gb"], cfg.ingest)
+    elif suite == "train":
+        from tasks.core.bench_train import bench_train
+
+        res = bench_train(
+            work / "train", cfg.train, opts.get("topology") or cfg.workload.topology, opts.get("times") or 2016
+        )
+    elif suite == "features":
+        from tasks.core.bench_features import bench_features
+
+        res = bench_features(work / "features", cfg.features, opts.get("rows"), opts.get("lake"))
+    else:  # pragma: no cover - the flow's parameter type restricts the choices
+        raise ValueError(f"unknown benchmark {suite}")
+    path = _write(cfg, suite, res)
+    res["mlflow_run_id"] = _track(cfg, suite, res, [path])
+    return res
+
+
+@flow(name="benchmark", log_prints=True)
+def benchmark(
+    suites: Annotated[list[Suite], Field(description="baseline, scaling, ingest, train, features")] = [  # noqa: B006
+        "baseline",
+        "scaling",
+    ],
+    profile: Annotated[str, Field(description="deployments/profiles/<profile>.yaml")] = "local",
+    overrides: Annotated[list[str] | None, Field(description="config overrides, section.key=value")] = None,
+    size: Annotated[Literal["small", "full"], Field(description="small: a test of the flow; full: figures")] = "full",
+    max_workers: Annotated[int | None, Field(description="scaling up to N workers (default: the profile's)")] = None,
+    work: Annotated[str, Field(description="scratch directory (generated inputs are reused)")] = ".faultline/bench",
+    options: Annotated[dict[str, Any] | None, Field(description="per-benchmark sizes: size_gb, times, rows")] = None,
+) -> dict[str, Any]:
+    cfg = load_config(profile, overrides or [])
+    out: dict[str, Any] = {}
+    for suite in suites:
+        if suite == "baseline":
+            out[suite] = baseline_task(cfg, size)
+        elif suite == "scaling":
+            out[suite] = scaling_task(cfg, size, max_workers, Path(work) / "scaling")
+        else:
+            out[suite] = stage_bench_task(cfg, suite, size, Path(work), options or {})
+    return out
