@@ -281,7 +281,8 @@ def check_seeds_environment(ev: dict[str, Any]) -> Outcome:
     env = ev.get("environment") or {}
     missing = [k for k in ("workload.seed", "train.seed") if k not in params]
     pk = env.get("packages") or {}
-    missing += [f"package {p}" for p in ("torch", "pyspark", "prefect") if p not in pk]
+    needed = ("torch", "prefect", *(("pyspark",) if _manifest(ev, "ingest") else ()))
+    missing += [f"package {p}" for p in needed if p not in pk]
     hw = env.get("hardware")
     if hw is None:
         missing.append("hardware")

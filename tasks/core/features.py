@@ -43,7 +43,7 @@ def fault_table(alarms: pd.DataFrame) -> pd.DataFrame:
 
 def alarm_buckets(alarms: pd.DataFrame) -> pd.DataFrame:
     """Precursor alarms counted per element and 5-minute sample (an alarm counts toward the next sample)."""
-    a = alarms[alarms["severity"].isin(PRECURSOR_SEVERITIES)].copy()
+    a = alarms[alarms["severity"].isin(PRECURSOR_SEVERITIES)].reset_index(drop=True)
     a["timestamp"] = a["timestamp"].dt.ceil(f"{STEP_MINUTES}min")
     counts = pd.crosstab([a["element_id"], a["timestamp"]], a["severity"])
     counts = counts.reindex(columns=list(PRECURSOR_SEVERITIES), fill_value=0)
@@ -213,7 +213,8 @@ def _like(part, frame: pd.DataFrame):
     return frame
 
 
-def _empty_element_frame(cfg: FeaturesConfig) -> pd.DataFrame:
+def _empty_element_frame(cfg: FeaturesConfig, base: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The per-element output's empty frame; carried columns take their dtypes from ``base`` (the input's meta)."""
     cols = [
         "element_id",
         "timestamp",
@@ -224,15 +225,21 @@ def _empty_element_frame(cfg: FeaturesConfig) -> pd.DataFrame:
         "label",
     ]
     frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-    return frame.astype(
-        {
-            "element_id": "string",
-            "timestamp": "datetime64[us, UTC]",
-            "code": "int32",
-            "in_fault": "int8",
-            "label": "int8",
-        }
-    )
+    types = {"element_id": "string", "timestamp": "datetime64[us, UTC]", "code": "int32"}
+    if base is not None:
+        types.update({c: base[c].dtype for c in ("element_id", "timestamp", "code", *KPI_VALUES) if c in base})
+    return frame.astype({**types, "in_fault": "int8", "label": "int8"})
+
+
+def _same_time_type(ts: pd.Series, like) -> pd.Series:
+    """Host timestamps in the partitions' convention (cuDF may read Parquet UTC timestamps as tz-naive)."""
+    want_tz = getattr(like, "tz", None)
+    has_tz = getattr(ts.dtype, "tz", None)
+    if has_tz is not None and want_tz is None:
+        return ts.dt.tz_convert(None)
+    if has_tz is None and want_tz is not None:
+        return ts.dt.tz_localize("UTC")
+    return ts
 
 
 def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, backend: str, out: Path) -> dict:
@@ -248,7 +255,7 @@ def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, back
         alarms = dd.read_parquet(
             str(lake / "alarms"), columns=["element_id", "timestamp", "severity", "alarm_type"]
         ).compute()
-        alarms = alarms.to_pandas() if hasattr(alarms, "to_pandas") else alarms
+        alarms = (alarms.to_pandas() if hasattr(alarms, "to_pandas") else alarms).reset_index(drop=True)
         faults = fault_arrays(fault_table(alarms), index)
         buckets = alarm_buckets(alarms)
         codes = pd.DataFrame({"element_id": topo.element_ids, "code": np.arange(topo.n, dtype=np.int32)})
@@ -256,6 +263,7 @@ def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, back
             kpi = kpi.astype({"element_id": "string"})
             buckets["element_id"] = buckets["element_id"].astype("string")
             codes["element_id"] = codes["element_id"].astype("string")
+        buckets["timestamp"] = _same_time_type(buckets["timestamp"], kpi._meta["timestamp"].dtype)
         joined = kpi.merge(to_backend(dd.from_pandas(codes, npartitions=1)), on="element_id", how="left")
         joined = joined.merge(
             to_backend(dd.from_pandas(buckets, npartitions=1)), on=["element_id", "timestamp"], how="left"
@@ -263,7 +271,8 @@ def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, back
         joined = joined.fillna({f"n_{s}": 0 for s in PRECURSOR_SEVERITIES})
         nparts = max(1, min(kpi.npartitions, 8 * max(1, len(client.scheduler_info()["workers"]))))
         by_element = joined.shuffle("code", npartitions=nparts)
-        empty = _empty_element_frame(cfg)
+        base = joined._meta.to_pandas() if hasattr(joined._meta, "to_pandas") else joined._meta
+        empty = _empty_element_frame(cfg, base)
         meta = _like(joined._meta, empty)
         per_element = by_element.map_partitions(element_features, faults, cfg, meta=meta)
         by_time = per_element.shuffle("timestamp", npartitions=nparts)

@@ -36,7 +36,8 @@ def test_gpu_stage_matches_cpu_stage(tmp_path):
     assert s_cpu == s_gpu and len(cpu) == len(gpu) == 37 * 288 * 3
     assert list(cpu.columns) == list(gpu.columns)
     assert (cpu["element_id"].astype(str) == gpu["element_id"].astype(str)).all()
-    assert (cpu["timestamp"] == gpu["timestamp"]).all()
+    utc = lambda ts: (ts.dt.tz_convert(None) if getattr(ts.dtype, "tz", None) else ts).astype("datetime64[us]")
+    assert (utc(cpu["timestamp"]) == utc(gpu["timestamp"])).all()
     worst = {}
     for col in cpu.columns[2:]:
         a, b = cpu[col].to_numpy(np.float64), gpu[col].to_numpy(np.float64)
