@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.faultline-setup
 export FAULTLINE_CACHE ?= $(HOME)/.cache/faultline
 
-.PHONY: setup demo test lint ui clean
+.PHONY: setup demo test lint ui browser-deps bench clean
 
 setup: $(STAMP)
 
@@ -23,12 +23,23 @@ $(STAMP): requirements.lock pyproject.toml deployments/setup/build_horovod.sh
 demo: setup
 	$(VENV)/bin/faultline run --profile local
 
-test: setup
+test: setup browser-deps
 	$(PY) -m pytest tests
 
 lint: setup
 	$(VENV)/bin/ruff check flows tasks gpu_kernels deployments tests
 	$(VENV)/bin/ruff format --check flows tasks gpu_kernels deployments tests
+
+# A local Prefect stack: server (SQLite) + pools + every deployment in prefect.yaml + a worker; prints the URL.
+ui: setup
+	$(PY) -m deployments.stack up --port $${PORT:-4200}
+
+# The browser tests drive Debian's Chromium (no Playwright browser download).
+browser-deps:
+	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+bench: setup
+	$(VENV)/bin/faultline bench all
 
 clean:
 	rm -rf .faultline

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from prefect import flow, task
-from pydantic import Field
 
 from tasks.common import TASK_OPTIONS, publish_table
 from tasks.core.config import FaultlineConfig, load_config
@@ -163,17 +162,28 @@ def stage_bench_task(cfg: FaultlineConfig, suite: str, size: str, work: Path, op
 
 @flow(name="benchmark", log_prints=True)
 def benchmark(
-    suites: Annotated[list[Suite], Field(description="baseline, scaling, ingest, train, features")] = [  # noqa: B006
+    suites: list[Suite] = [  # noqa: B006
         "baseline",
         "scaling",
     ],
-    profile: Annotated[str, Field(description="deployments/profiles/<profile>.yaml")] = "local",
-    overrides: Annotated[list[str] | None, Field(description="config overrides, section.key=value")] = None,
-    size: Annotated[Literal["small", "full"], Field(description="small: a test of the flow; full: figures")] = "full",
-    max_workers: Annotated[int | None, Field(description="scaling up to N workers (default: the profile's)")] = None,
-    work: Annotated[str, Field(description="scratch directory (generated inputs are reused)")] = ".faultline/bench",
-    options: Annotated[dict[str, Any] | None, Field(description="per-benchmark sizes: size_gb, times, rows")] = None,
+    profile: str = "local",
+    overrides: list[str] | None = None,
+    size: Literal["small", "full"] = "full",
+    max_workers: int | None = None,
+    work: str = ".faultline/bench",
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """Benchmarks with ratios measured in the same run, written to bench/results and MLflow.
+
+    Args:
+        suites: which benchmarks: baseline, scaling, ingest, train, features.
+        profile: deployments/profiles/<profile>.yaml.
+        overrides: config overrides, each section.key=value.
+        size: small (a quick test of the flow) or full (figures).
+        max_workers: scaling up to N workers (default: the profile's).
+        work: scratch directory (generated inputs are reused).
+        options: per-benchmark sizes: size_gb, times, rows, topology, lake.
+    """
     cfg = load_config(profile, overrides or [])
     out: dict[str, Any] = {}
     for suite in suites:

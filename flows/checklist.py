@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from prefect import flow, task
-from pydantic import Field
 
 from tasks.common import TASK_OPTIONS, publish_table
 from tasks.core.checklist import evaluate, to_markdown, to_table, write_reports
@@ -47,11 +46,19 @@ def publish_checklist(cfg: FaultlineConfig, report: dict[str, Any]) -> dict[str,
 
 @flow(name="presubmit_checklist", log_prints=True)
 def presubmit_checklist(
-    run_id: Annotated[str | None, Field(description="MLflow run id; default: the latest pipeline run")] = None,
-    profile: Annotated[str, Field(description="profile the run used (where its MLflow store is)")] = "local",
-    overrides: Annotated[list[str] | None, Field(description="config overrides, section.key=value")] = None,
-    probe_nccl: Annotated[bool, Field(description="run the pairwise NCCL probe when >= 2 GPUs")] = True,
+    run_id: str | None = None,
+    profile: str = "local",
+    overrides: list[str] | None = None,
+    probe_nccl: bool = True,
 ) -> dict[str, Any]:
+    """Is a pipeline run fit to hand in? Every check with its evidence and, on failure, the fix.
+
+    Args:
+        run_id: the MLflow run id of a pipeline run; default: the latest pipeline run.
+        profile: the profile the run used (where its MLflow store is).
+        overrides: config overrides, each section.key=value.
+        probe_nccl: run the pairwise NCCL bandwidth probe when there are at least 2 GPUs.
+    """
     cfg = load_config(profile, overrides or [])
     ev = gather_evidence(cfg, run_id, probe_nccl)
     report = evaluate(ev)

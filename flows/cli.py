@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_REJECTED = 0, 1, 2
+STAGE_CHOICES = ("validate", "ingest", "features", "train", "evaluate")
 
 
 def _print_json(obj: dict[str, Any]) -> None:
@@ -103,6 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             start_from=args.start_from,
             until=args.until,
             force=args.force,
+            refresh=list(args.refresh or []) or None,
         )
     except DataRejected as exc:
         print(f"error: input data rejected: {exc}", file=sys.stderr)
@@ -217,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--until", default="evaluate", choices=["validate", "ingest", "features", "train", "evaluate"])
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     r.add_argument("--force", action="store_true", help="recompute every stage")
+    r.add_argument("--refresh", action="append", choices=list(STAGE_CHOICES), help="recompute this stage (repeatable)")
     r.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("check", help="pre-submission checklist of a pipeline run (exit 1 when a check fails)")

@@ -151,4 +151,9 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, dict[str, An
     if version:
         tags["registered_model"] = f"{cfg.evaluate.model_name}/{version}"
     tr.set_tags(run_id, tags)
-    return {"mlflow_run_id": run_id, "tracking_uri": tr.uri, "registered_model": tags.get("registered_model")}
+    return {
+        "mlflow_run_id": run_id,
+        "tracking_uri": tr.uri,
+        "experiment_id": tr.experiment_id,
+        "registered_model": tags.get("registered_model"),
+    }

@@ -117,6 +117,8 @@ def features_scaling(
 ) -> dict[str, Any]:
     counts = worker_counts(max_workers)
     base = ensure_lake(work, topology, base_days, ingest)
+    progress("features: one untimed warm-up run (imports, Parquet metadata, first Dask graph)")
+    time_features(base, cfg, 1, backend, work / "features-out")
     strong = []
     for n in counts:
         progress(f"features strong: {n} worker(s) on {base_days} day(s)")

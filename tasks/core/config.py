@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -181,6 +182,8 @@ def load_config(
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections")
     data.setdefault("profile", path.stem)
+    if os.environ.get("FAULTLINE_ROOT"):  # where a worker's flow runs keep their store (before overrides)
+        data.setdefault("paths", {})["root"] = os.environ["FAULTLINE_ROOT"]
     extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
     merged = _merge(data, extra)
     try:

@@ -1,0 +1,142 @@
+"""A local Prefect stack: server (SQLite), work pools, every deployment in prefect.yaml, and a worker.
+
+``python -m deployments.stack up`` (what ``make ui`` runs) starts it and prints the UI's URL; Ctrl-C stops it.
+The browser tests start the same stack with ``Stack(...).start()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+POOLS = ("faultline-cpu", "faultline-gpu")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    def __init__(self, home: Path, port: int | None = None, store: Path | None = None, log_dir: Path | None = None,
+                 fast_schedules: bool = False) -> None:
+        self.home = Path(home).resolve()
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api = f"{self.url}/api"
+        self.store = Path(store).resolve() if store else None
+        self.log_dir = Path(log_dir or self.home / "logs")
+        self.fast = fast_schedules
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "PREFECT_HOME": str(self.home),
+            "PREFECT_API_URL": self.api,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_API_HOST": "127.0.0.1",
+            "PREFECT_SERVER_API_PORT": str(self.port),
+            "PREFECT_UI_API_URL": self.api,
+            "FAULTLINE_HOME": str(REPO),
+            "PYTHONPATH": str(REPO),
+        }
+        if self.store:
+            env["FAULTLINE_ROOT"] = str(self.store)
+        if self.fast:  # tests: the scheduler and the worker look every few seconds instead of every minute
+            env.update(
+                PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="5",
+                PREFECT_WORKER_QUERY_SECONDS="2",
+                PREFECT_WORKER_PREFETCH_SECONDS="5",
+            )
+        return env
+
+    def _prefect(self, *args: str, timeout: int = 300) -> str:
+        p = subprocess.run([sys.executable, "-m", "prefect", *args], env=self.env, cwd=REPO, capture_output=True,
+                           text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"prefect {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        return p.stdout
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "prefect", *args], env=self.env, cwd=REPO, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def wait_healthy(self, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.api}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"Prefect server at {self.url} not healthy after {timeout} s (see {self.log_dir})")
+
+    def start(self, deploy: bool = True, worker: bool = True) -> Stack:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
+        self.wait_healthy()
+        for pool in POOLS:
+            self._prefect("work-pool", "create", pool, "--type", "process", "--overwrite")
+        if deploy:
+            self._prefect("--no-prompt", "deploy", "--all", timeout=600)
+        if worker:
+            self._spawn("worker", "worker", "start", "--pool", "faultline-cpu", "--type", "process")
+        return self
+
+    def prefect(self, *args: str, timeout: int = 300) -> str:
+        return self._prefect(*args, timeout=timeout)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.procs.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m deployments.stack")
+    p.add_argument("command", choices=["up"])
+    p.add_argument("--port", type=int, default=4200)
+    p.add_argument("--home", default=str(REPO / ".faultline" / "prefect"))
+    args = p.parse_args(argv)
+    stack = Stack(Path(args.home), args.port).start()
+    print(f"Prefect UI: {stack.url}  (pools {', '.join(POOLS)}; worker on faultline-cpu; logs {stack.log_dir})")
+    print("Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit, "
+          "simulate_workload/simulate, benchmark/benchmark. Ctrl-C stops everything.", flush=True)
+    try:
+        while all(proc.poll() is None for proc in stack.procs):
+            time.sleep(1)
+        print("a component exited; see the logs", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

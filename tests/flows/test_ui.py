@@ -1,0 +1,104 @@
+"""The real Prefect stack (server, pools, `prefect deploy --all`, a process worker) driven from a headless
+Debian Chromium through Playwright, and an interval schedule executed by the worker."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from deployments.stack import Stack
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
+CHROMIUM = "/usr/bin/chromium"
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def api(stack: Stack, path: str, body: dict | None = None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"{stack.api}{path}", data=data, headers={"Content-Type": "application/json"},
+                                 method="POST" if data is not None else "GET")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def wait_for(fn, timeout: float, what: str, every: float = 2.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"{CHROMIUM} missing: `apt-get install chromium` (.ci/run does)")
+    home = tmp_path_factory.mktemp("prefect-stack")
+    s = Stack(home / "prefect", store=home / "store", fast_schedules=True)
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+
+
+def test_interval_schedule_runs_on_the_worker(stack):
+    dep = api(stack, "/deployments/name/simulate_workload/simulate")
+    stack.prefect("deployment", "schedule", "create", "simulate_workload/simulate", "--interval", "10")
+    try:
+        def done():
+            runs = api(stack, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [dep["id"]]}}})
+            return [r for r in runs if r["state_type"] == "COMPLETED" and r["auto_scheduled"]]
+
+        runs = wait_for(done, 240, "a scheduled simulate run to complete")
+    finally:
+        stack.prefect("deployment", "schedule", "clear", "simulate_workload/simulate", "-y")
+    assert runs[0]["parameters"] == {"topology": "topozoo/Abilene", "days": 1}
+    assert (Path(stack.store) / "store" / "raw").is_dir()  # the worker's run wrote into the stack's store
+
+
+def test_manual_run_from_the_custom_run_form(stack):
+    from playwright.sync_api import sync_playwright
+
+    dep = api(stack, "/deployments/name/fault_prediction_pipeline/manual")
+    name = f"ui-{uuid.uuid4().hex[:8]}"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1600})
+            page.goto(f"{stack.url}/deployments/deployment/{dep['id']}", wait_until="networkidle")
+            page.get_by_role("button", name="Run", exact=True).click()
+            page.get_by_text("Custom run").click()
+            page.wait_for_url("**/run?**")
+            page.get_by_text("days (Optional)").wait_for()
+            assert page.get_by_text("days of simulated telemetry").count() == 1  # descriptions reach the form
+            name_box = page.locator("input[type=text]").first
+            name_box.fill(name)
+            page.get_by_role("button", name="int", exact=True).click()  # days: None -> int
+            page.locator("input[type=number]").fill("1")
+            page.get_by_role("button", name="Submit").click()
+            page.wait_for_url(f"**/deployments/deployment/{dep['id']}**", timeout=30_000)
+            page.screenshot(path=str(Path(stack.home) / "submitted.png"))
+        finally:
+            browser.close()
+    by_name = {"flow_runs": {"name": {"any_": [name]}}}
+    (created,) = wait_for(lambda: api(stack, "/flow_runs/filter", by_name), 30, f"flow run {name}")
+    run_id = created["id"]
+
+    run = wait_for(lambda: (r := api(stack, f"/flow_runs/{run_id}"))["state_type"] in FINAL and r, 600,
+                   "the pipeline run started from the UI", every=5)
+    assert run["name"] == name and run["deployment_id"] == dep["id"]
+    assert run["state_type"] == "COMPLETED", run["state"]
+    assert run["parameters"]["days"] == 1 and run["parameters"]["profile"] == "local"
+    keys = {a["key"] for a in api(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}})}
+    assert {"stage-validate", "stage-ingest", "stage-features", "stage-train", "stage-evaluate", "final-metrics",
+            "training-progress", "run-links"} <= keys
+    summary = json.loads(next((Path(stack.store) / "store" / "runs").glob(f"{run_id}/summary.json")).read_text())
+    assert summary["status"] == "completed" and summary["stages"]["ingest"]["rows_in"] > 0
