@@ -27,8 +27,14 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, home: Path, port: int | None = None, store: Path | None = None, log_dir: Path | None = None,
-                 fast_schedules: bool = False) -> None:
+    def __init__(
+        self,
+        home: Path,
+        port: int | None = None,
+        store: Path | None = None,
+        log_dir: Path | None = None,
+        fast_schedules: bool = False,
+    ) -> None:
         self.home = Path(home).resolve()
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -62,17 +68,31 @@ class Stack:
         return env
 
     def _prefect(self, *args: str, timeout: int = 300) -> str:
-        p = subprocess.run([sys.executable, "-m", "prefect", *args], env=self.env, cwd=REPO, capture_output=True,
-                           text=True, timeout=timeout)
+        p = subprocess.run(
+            [sys.executable, "-m", "prefect", *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if p.returncode != 0:
-            raise RuntimeError(f"prefect {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+            raise RuntimeError(
+                f"prefect {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            )
         return p.stdout
 
     def _spawn(self, name: str, *args: str) -> subprocess.Popen:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "prefect", *args], env=self.env, cwd=REPO, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", *args],
+            env=self.env,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(proc)
         return proc
 
@@ -125,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     stack = Stack(Path(args.home), args.port).start()
     print(f"Prefect UI: {stack.url}  (pools {', '.join(POOLS)}; worker on faultline-cpu; logs {stack.log_dir})")
-    print("Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit, "
-          "simulate_workload/simulate, benchmark/benchmark. Ctrl-C stops everything.", flush=True)
+    print(
+        "Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit, "
+        "simulate_workload/simulate, benchmark/benchmark. Ctrl-C stops everything.",
+        flush=True,
+    )
     try:
         while all(proc.poll() is None for proc in stack.procs):
             time.sleep(1)

@@ -91,14 +91,19 @@ def dead_runs(runs_root: Path, stale_s: float = STALE_S, now: float | None = Non
             continue
         gone = data.get("host") == host and not _alive(int(data.get("pid", -1)))
         if gone or now - float(data.get("beat", 0)) > stale_s:
-            out.append({**data, "file": str(hb), "reason": "process gone" if gone else f"no heartbeat for {stale_s:.0f} s"})
+            out.append(
+                {**data, "file": str(hb), "reason": "process gone" if gone else f"no heartbeat for {stale_s:.0f} s"}
+            )
     return out
 
 
 def mark_crashed(entry: dict[str, Any], prefect_state=None, mlflow_kill=None) -> dict[str, Any]:
     """Mark one dead run crashed everywhere it is recorded; the callables are the Prefect and MLflow seams."""
-    result = {"flow_run_id": entry.get("flow_run_id"), "mlflow_run_id": entry.get("mlflow_run_id"),
-              "reason": entry["reason"]}
+    result = {
+        "flow_run_id": entry.get("flow_run_id"),
+        "mlflow_run_id": entry.get("mlflow_run_id"),
+        "reason": entry["reason"],
+    }
     if prefect_state and entry.get("flow_run_id"):
         try:
             result["prefect_state"] = prefect_state(entry["flow_run_id"], entry["reason"])

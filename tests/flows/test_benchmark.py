@@ -27,8 +27,20 @@ def test_benchmark_flow_small(tmp_path):
     from mlflow.tracking import MlflowClient
 
     results = tmp_path / "results"
-    proc = faultline("bench", "all", "--size", "small", "--set", f"paths.root={tmp_path}", "--results", str(results),
-                     "--work", str(tmp_path / "work"), "--json", root=tmp_path)
+    proc = faultline(
+        "bench",
+        "all",
+        "--size",
+        "small",
+        "--set",
+        f"paths.root={tmp_path}",
+        "--results",
+        str(results),
+        "--work",
+        str(tmp_path / "work"),
+        "--json",
+        root=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = last_json(proc.stdout)
     base = json.loads((results / "baseline.json").read_text())

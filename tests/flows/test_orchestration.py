@@ -25,8 +25,18 @@ def test_a_dead_heartbeat_is_found_and_marked(tmp_path):
         assert dead_runs(tmp_path) == []  # this process is alive and beating
     gone = tmp_path / "gone" / "heartbeat.json"
     gone.parent.mkdir()
-    gone.write_text(json.dumps({"flow_run_id": "run-b", "mlflow_run_id": "ml-b", "pid": 2**22 + 7,
-                                "host": os.uname().nodename, "beat": time.time(), "status": "running"}))
+    gone.write_text(
+        json.dumps(
+            {
+                "flow_run_id": "run-b",
+                "mlflow_run_id": "ml-b",
+                "pid": 2**22 + 7,
+                "host": os.uname().nodename,
+                "beat": time.time(),
+                "status": "running",
+            }
+        )
+    )
     (found,) = dead_runs(tmp_path)
     assert found["flow_run_id"] == "run-b" and found["reason"] == "process gone"
     calls = []
@@ -38,8 +48,14 @@ def test_a_dead_heartbeat_is_found_and_marked(tmp_path):
 def test_sigkill_mid_training_then_rerun_resumes(tmp_path):
     args = ["run", *SMALL, "--set", "train.epochs=6", "--set", f"paths.root={tmp_path}", "--json"]
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", *args],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ckpts = tmp_path / "store" / "checkpoints"
     deadline = time.time() + 600
     while time.time() < deadline and not list(ckpts.glob("*/epoch_0001.done")):
@@ -55,7 +71,11 @@ def test_sigkill_mid_training_then_rerun_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     s = last_json(again.stdout)
     assert {k: v["cached"] for k, v in s["stages"].items()} == {
-        "validate": True, "ingest": True, "features": True, "train": False, "evaluate": False
+        "validate": True,
+        "ingest": True,
+        "features": True,
+        "train": False,
+        "evaluate": False,
     }
     (crash,) = s["recovered_crashed_runs"]
     assert crash["flow_run_id"] == killed_hb.parent.name and crash["prefect_state"] == "CRASHED"
@@ -67,8 +87,20 @@ def test_sigkill_mid_training_then_rerun_resumes(tmp_path):
 def test_two_runs_with_different_parameters_at_once(tmp_path):
     def start(days: int, home: str) -> subprocess.Popen:
         env = {**os.environ, "PREFECT_HOME": str(tmp_path / home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        cmd = [sys.executable, "-m", "flows.cli", "run", *SMALL, "--set", f"workload.days={days}",
-               "--set", f"paths.root={tmp_path}", "--until", "features", "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "run",
+            *SMALL,
+            "--set",
+            f"workload.days={days}",
+            "--set",
+            f"paths.root={tmp_path}",
+            "--until",
+            "features",
+            "--json",
+        ]
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     a, b = start(2, "home-a"), start(3, "home-b")

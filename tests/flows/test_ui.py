@@ -20,8 +20,12 @@ FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 def api(stack: Stack, path: str, body: dict | None = None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{stack.api}{path}", data=data, headers={"Content-Type": "application/json"},
-                                 method="POST" if data is not None else "GET")
+    req = urllib.request.Request(
+        f"{stack.api}{path}",
+        data=data,
+        headers={"Content-Type": "application/json"},
+        method="POST" if data is not None else "GET",
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.load(r)
 
@@ -53,6 +57,7 @@ def test_interval_schedule_runs_on_the_worker(stack):
     dep = api(stack, "/deployments/name/simulate_workload/simulate")
     stack.prefect("deployment", "schedule", "create", "simulate_workload/simulate", "--interval", "10")
     try:
+
         def done():
             runs = api(stack, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [dep["id"]]}}})
             return [r for r in runs if r["state_type"] == "COMPLETED" and r["auto_scheduled"]]
@@ -92,13 +97,46 @@ def test_manual_run_from_the_custom_run_form(stack):
     (created,) = wait_for(lambda: api(stack, "/flow_runs/filter", by_name), 30, f"flow run {name}")
     run_id = created["id"]
 
-    run = wait_for(lambda: (r := api(stack, f"/flow_runs/{run_id}"))["state_type"] in FINAL and r, 600,
-                   "the pipeline run started from the UI", every=5)
+    run = wait_for(
+        lambda: (r := api(stack, f"/flow_runs/{run_id}"))["state_type"] in FINAL and r,
+        600,
+        "the pipeline run started from the UI",
+        every=5,
+    )
     assert run["name"] == name and run["deployment_id"] == dep["id"]
     assert run["state_type"] == "COMPLETED", run["state"]
     assert run["parameters"]["days"] == 1 and run["parameters"]["profile"] == "local"
     keys = {a["key"] for a in api(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}})}
-    assert {"stage-validate", "stage-ingest", "stage-features", "stage-train", "stage-evaluate", "final-metrics",
-            "training-progress", "run-links"} <= keys
+    assert {
+        "stage-validate",
+        "stage-ingest",
+        "stage-features",
+        "stage-train",
+        "stage-evaluate",
+        "final-metrics",
+        "training-progress",
+        "run-links",
+    } <= keys
     summary = json.loads(next((Path(stack.store) / "store" / "runs").glob(f"{run_id}/summary.json")).read_text())
     assert summary["status"] == "completed" and summary["stages"]["ingest"]["rows_in"] > 0
+
+
+def test_checklist_deployment_runs_on_the_worker(stack):
+    """The `presubmit` deployment from prefect.yaml, run on the worker over the store the UI run filled."""
+    dep = api(stack, "/deployments/name/presubmit_checklist/presubmit")
+    created = api(stack, f"/deployments/{dep['id']}/create_flow_run", {"parameters": {}})
+    run = wait_for(
+        lambda: (r := api(stack, f"/flow_runs/{created['id']}"))["state_type"] in FINAL and r,
+        300,
+        "the checklist run",
+        every=3,
+    )
+    assert run["state_type"] == "COMPLETED", run["state"]
+    reports = list((Path(stack.store) / "store" / "checklists").glob("*/checklist.json"))
+    assert len(reports) == 1
+    report = json.loads(reports[0].read_text())
+    status = {c["id"]: c["status"] for c in report["checks"]}
+    assert status["mlflow_complete"] == "pass" and status["spark_dynamic_allocation_off"] == "pass"
+    assert status["gpu_utilization"] == "na" and report["verdict"] == "pass", report["checks"]
+    keys = {a["key"] for a in api(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})}
+    assert {"presubmit-checklist", "presubmit-checklist-table"} <= keys
