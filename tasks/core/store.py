@@ -35,9 +35,18 @@ def code_version() -> str:
     return h.hexdigest()[:16]
 
 
+def _key_part(obj: Any) -> str:
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(
+        f"{type(obj).__name__} cannot be part of a cache key: keys hold data fingerprints, config and the code "
+        "version only (never a Spark session, Dask client or other handle)"
+    )
+
+
 def fingerprint(*parts: Any) -> str:
     """Stable hash of JSON-able parts (input fingerprints, config section, code version)."""
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    blob = json.dumps(parts, sort_keys=True, default=_key_part).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
 

@@ -63,3 +63,18 @@ def test_sigkilled_writer_leaves_nothing_visible(tmp_path):
     with staging(tmp_path, "ingest", "fpk") as tmp:
         publish_manifest(tmp, {})
     assert [p.name for p in (tmp_path / "ingest").iterdir()] == ["fpk"]
+
+
+def test_handles_never_enter_a_cache_key():
+    import threading
+    from pathlib import Path
+
+    import pytest
+
+    from tasks.core.store import fingerprint
+
+    assert fingerprint("features", {"windows": [3, 12]}, Path("/x")) == fingerprint(
+        "features", {"windows": [3, 12]}, "/x"
+    )
+    with pytest.raises(TypeError, match="cannot be part of a cache key"):
+        fingerprint("ingest", threading.Lock())  # stands in for a SparkSession / Dask Client
