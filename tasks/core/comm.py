@@ -87,6 +87,10 @@ class DDPComm:
         return box[0]
 
     def shutdown(self) -> None:
+        # [dist] wait for every rank (rank 0 writes the model last) before tearing the group down: a rank that
+        # destroys its Gloo group while a peer is still in it can abort ("terminate called without an active
+        # exception"), seen once in CI
+        self.dist.barrier()
         self.dist.destroy_process_group()
 
 
