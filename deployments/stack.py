@@ -137,12 +137,17 @@ class Stack:
         self.procs.clear()
 
 
+def _stop_like_ctrl_c(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m deployments.stack")
     p.add_argument("command", choices=["up"])
     p.add_argument("--port", type=int, default=4200)
     p.add_argument("--home", default=str(REPO / ".faultline" / "prefect"))
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     stack = Stack(Path(args.home), args.port).start()
     print(f"Prefect UI: {stack.url}  (pools {', '.join(POOLS)}; worker on faultline-cpu; logs {stack.log_dir})")
     print(
