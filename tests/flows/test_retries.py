@@ -1,0 +1,63 @@
+"""The stage retry policy on a real (ephemeral) Prefect API: transient failures retry, rejections do not."""
+
+from __future__ import annotations
+
+import pytest
+from prefect import flow, task
+
+from tasks.common import TASK_OPTIONS
+from tasks.core.config import ConfigError
+from tasks.core.errors import DataRejected
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_api(tmp_path_factory):
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+def _run(exc_factory):
+    calls = []
+
+    @task(**{**TASK_OPTIONS, "retry_delay_seconds": 0, "retry_jitter_factor": None})
+    def stage():
+        calls.append(1)
+        if len(calls) == 1:
+            raise exc_factory()
+        return "done"
+
+    @flow
+    def f():
+        return stage()
+
+    try:
+        return f(), len(calls)
+    except Exception as exc:
+        return exc, len(calls)
+
+
+@pytest.mark.parametrize(
+    "exc", [OSError("NFS hiccup"), ConnectionError("MLflow unreachable"), RuntimeError("lost executor")]
+)
+def test_transient_failure_is_retried(exc):
+    result, calls = _run(lambda: exc)
+    assert result == "done" and calls == 2
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [DataRejected("kpi.csv: column x missing", file="kpi.csv", column="x"), ConfigError("unknown key 'train.epoch'")],
+)
+def test_deterministic_rejection_is_not_retried(exc):
+    result, calls = _run(lambda: exc)
+    assert isinstance(result, type(exc)) and calls == 1
+
+
+def test_backoff_is_exponential_with_jitter():
+    delays = TASK_OPTIONS["retry_delay_seconds"](TASK_OPTIONS["retries"])  # prefect's exponential_backoff
+    assert TASK_OPTIONS["retries"] >= 2 and len(delays) == TASK_OPTIONS["retries"] and delays[1] > delays[0]
+    assert TASK_OPTIONS["retry_jitter_factor"] > 0
