@@ -16,25 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .store import pid_alive, write_json_atomic
+
 HEARTBEAT = "heartbeat.json"
 BEAT_S = 5.0
 STALE_S = 30.0
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Heartbeat:
@@ -57,14 +43,14 @@ class Heartbeat:
 
     def __enter__(self) -> Heartbeat:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _write(self.path, self.data)
+        write_json_atomic(self.path, self.data)
         self._thread.start()
         return self
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             self.data["beat"] = time.time()
-            _write(self.path, self.data)
+            write_json_atomic(self.path, self.data)
 
     def finish(self, status: str) -> None:
         self.data.update(status=status, beat=time.time(), ended=time.time())
@@ -74,7 +60,7 @@ class Heartbeat:
         self._thread.join(timeout=5)
         if self.data["status"] == "running":
             self.data["status"] = "failed" if exc_type else "completed"
-        _write(self.path, self.data)
+        write_json_atomic(self.path, self.data)
 
 
 def dead_runs(runs_root: Path, stale_s: float = STALE_S, now: float | None = None) -> list[dict[str, Any]]:
@@ -89,7 +75,7 @@ def dead_runs(runs_root: Path, stale_s: float = STALE_S, now: float | None = Non
             continue
         if data.get("status") != "running" or data.get("pid") == os.getpid():
             continue
-        gone = data.get("host") == host and not _alive(int(data.get("pid", -1)))
+        gone = data.get("host") == host and not pid_alive(int(data.get("pid", -1)))
         if gone or now - float(data.get("beat", 0)) > stale_s:
             out.append(
                 {**data, "file": str(hb), "reason": "process gone" if gone else f"no heartbeat for {stale_s:.0f} s"}
@@ -117,5 +103,5 @@ def mark_crashed(entry: dict[str, Any], prefect_state=None, mlflow_kill=None) ->
             result["mlflow_status"] = f"not updated: {exc}"[:200]
     data = json.loads(Path(entry["file"]).read_text())
     data.update(status="crashed", crash_reason=entry["reason"], marked_at=time.time())
-    _write(Path(entry["file"]), data)
+    write_json_atomic(Path(entry["file"]), data)
     return result

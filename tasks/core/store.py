@@ -111,7 +111,7 @@ def staging(root: Path, stage: str, fp: str) -> Iterator[Path]:
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{fp}.tmp-*"):
         pid = stale.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or not _pid_alive(int(pid)):
+        if not pid.isdigit() or not pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     tmp = final.parent / f".{fp}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -136,7 +136,7 @@ def publish_manifest(tmp: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
