@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,23 @@ def tracking_uri(configured: str | None, root: Path) -> str:
     return f"sqlite:///{root / 'mlflow.db'}"
 
 
+@contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """Serialise creating a SQLite MLflow store (its schema migrations) and the experiment across processes:
+    two runs starting at once on a fresh store otherwise race in alembic and one fails."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    with open(uri[len("sqlite:///") :] + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class Tracker:
     """The real MLflow implementation (tests may pass a fake with the same methods)."""
 
@@ -27,13 +46,15 @@ class Tracker:
 
         self.mlflow, self.uri = mlflow, uri
         mlflow.set_tracking_uri(uri)
-        self.client = MlflowClient(uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is None:
-            location = Path(artifact_root).resolve().as_uri() if artifact_root else None
-            exp_id = self.client.create_experiment(experiment, artifact_location=location)
-        else:
-            exp_id = exp.experiment_id
+        with _store_lock(uri):
+            self.client = MlflowClient(uri)
+            self.client.search_experiments(max_results=1)  # creates and migrates the store under the lock
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                location = Path(artifact_root).resolve().as_uri() if artifact_root else None
+                exp_id = self.client.create_experiment(experiment, artifact_location=location)
+            else:
+                exp_id = exp.experiment_id
         self.experiment_id = exp_id
 
     def start_run(self, name: str, tags: dict[str, str]) -> str:
