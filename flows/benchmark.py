@@ -6,13 +6,12 @@ the MLflow experiment ``<experiment>-bench`` with its plots, and shows a Prefect
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, task
 
-from tasks.common import TASK_OPTIONS, publish_table
+from tasks.common import TASK_OPTIONS, publish_markdown, publish_table
 from tasks.core.config import FaultlineConfig, load_config
 
 Suite = Literal["baseline", "scaling", "ingest", "train", "features"]
@@ -38,11 +37,11 @@ SIZES = {
 
 
 def _write(cfg: FaultlineConfig, name: str, result: dict[str, Any]) -> Path:
+    from tasks.core.store import write_json_atomic
+
     out = Path(cfg.paths.bench_results) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    tmp.replace(out)  # a reader (the checklist) never sees half a report
+    write_json_atomic(out, result)  # a reader (the checklist) never sees half a report
     return out
 
 
@@ -97,15 +96,13 @@ def baseline_task(cfg: FaultlineConfig, size: str) -> dict[str, Any]:
 
 @task(name="bench-scaling", **TASK_OPTIONS)
 def scaling_task(cfg: FaultlineConfig, size: str, max_workers: int | None, work: Path) -> dict[str, Any]:
-    from prefect.artifacts import create_markdown_artifact
-
     from tasks.core import bench_scaling as bs
     from tasks.core.runtime import dataframe_backend
 
     sz = SIZES[size]
     train_cfg = cfg.train.model_copy(update=sz["train"])
-    report: dict[str, Any] = {"benchmark": "scaling", "size": size, "hardware": bs.detect_hardware().as_dict()}
     hw = bs.detect_hardware()
+    report: dict[str, Any] = {"benchmark": "scaling", "size": size, "hardware": hw.as_dict()}
     report["device"] = hw.gpus[0].name if hw.gpus else f"{hw.cpu_count}-core CPU"
     report["features"] = bs.features_scaling(
         work / "features",
@@ -124,15 +121,12 @@ def scaling_task(cfg: FaultlineConfig, size: str, max_workers: int | None, work:
     path = _write(cfg, "scaling", report)
     report["mlflow_run_id"] = _track(cfg, "scaling", report, [path, png])
     table = bs.markdown_table(report)
-    try:
-        create_markdown_artifact(
-            key="bench-scaling",
-            markdown=f"## Scaling on {report['device']}\n\n{table}\n\nPlot: `{png.resolve()}` (also in MLflow run "
-            f"`{report['mlflow_run_id']}`)\n",
-            description="strong and weak scaling",
-        )
-    except Exception as exc:
-        print(f"could not create the scaling artifact: {exc}")
+    publish_markdown(
+        "bench-scaling",
+        f"## Scaling on {report['device']}\n\n{table}\n\nPlot: `{png.resolve()}` (also in MLflow run "
+        f"`{report['mlflow_run_id']}`)\n",
+        "strong and weak scaling",
+    )
     print(table)
     return report
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from prefect import flow, task
 
-from tasks.common import TASK_OPTIONS, publish_table
+from tasks.common import TASK_OPTIONS, publish_markdown, publish_table
 from tasks.core.checklist import evaluate, to_markdown, to_table, write_reports
 from tasks.core.config import FaultlineConfig, load_config
 
@@ -25,8 +25,6 @@ def gather_evidence(cfg: FaultlineConfig, run_id: str | None, probe_nccl: bool) 
 
 @task(name="publish-checklist", **TASK_OPTIONS)
 def publish_checklist(cfg: FaultlineConfig, report: dict[str, Any]) -> dict[str, str]:
-    from prefect.artifacts import create_markdown_artifact
-
     from tasks.common import store_root
     from tasks.tracking import tracker_for
 
@@ -36,10 +34,7 @@ def publish_checklist(cfg: FaultlineConfig, report: dict[str, Any]) -> dict[str,
     tr.log_artifact(report["run_id"], j, "checklist")
     tr.log_artifact(report["run_id"], m, "checklist")
     tr.set_tags(report["run_id"], {"checklist_verdict": report["verdict"]})
-    try:
-        create_markdown_artifact(key="presubmit-checklist", markdown=to_markdown(report), description="verdict")
-    except Exception as exc:  # an artifact is a view; never fail the checklist for it
-        print(f"could not create the checklist artifact: {exc}")
+    publish_markdown("presubmit-checklist", to_markdown(report), "verdict")
     publish_table("presubmit-checklist-table", to_table(report), "pre-submission checks")
     return {"json": str(j), "markdown": str(m)}
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from prefect import flow, task
 from prefect.runtime import flow_run
 
-from tasks.common import TASK_OPTIONS, store_root
+from tasks.common import TASK_OPTIONS, publish_markdown, store_root
 from tasks.core.config import FaultlineConfig, load_config
 from tasks.core.runs import Heartbeat, dead_runs, mark_crashed
 from tasks.evaluate import evaluate_task
@@ -50,8 +50,6 @@ def recover_crashed_runs(cfg: FaultlineConfig, root: Path) -> list[dict[str, Any
 
 
 def _links_artifact(summary: dict[str, Any]) -> None:
-    from prefect.artifacts import create_markdown_artifact
-
     uri = str(summary.get("tracking_uri") or "")
     run = summary.get("mlflow_run_id")
     if uri.startswith("http"):
@@ -63,10 +61,7 @@ def _links_artifact(summary: dict[str, Any]) -> None:
         lines.append(f"- [GX Data Docs](file://{summary['data_docs']}) (`{summary['data_docs']}`)")
     if summary.get("registered_model"):
         lines.append(f"- registered model `{summary['registered_model']}`")
-    try:
-        create_markdown_artifact(key="run-links", markdown="\n".join(lines) + "\n", description="MLflow and GX links")
-    except Exception as exc:  # a view only
-        print(f"could not create the links artifact: {exc}")
+    publish_markdown("run-links", "\n".join(lines) + "\n", "MLflow and GX links")
 
 
 def _overrides(topology: str | None, days: int | None, extra: list[str]) -> list[str]:

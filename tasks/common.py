@@ -84,12 +84,14 @@ def publish_stage_artifact(result: dict[str, Any], details: dict[str, Any] | Non
         if v is not None
     )
     md = f"## Stage `{result['stage']}`\n\n| | |\n|---|---|\n{rows}\n"
+    publish_markdown(f"stage-{result['stage']}", md, f"Faultline {result['stage']} stage")
+
+
+def publish_markdown(key: str, markdown: str, description: str) -> None:
     try:
-        create_markdown_artifact(
-            key=f"stage-{result['stage']}", markdown=md, description=f"Faultline {result['stage']} stage"
-        )
-    except Exception as exc:  # artifacts are a view; a failure to show one must not fail the stage
-        get_run_logger().warning("could not create artifact for %s: %s", result["stage"], exc)
+        create_markdown_artifact(key=key, markdown=markdown, description=description)
+    except Exception as exc:  # artifacts are a view; a failure to show one must not fail the run
+        get_run_logger().warning("could not create markdown artifact %s: %s", key, exc)
 
 
 def publish_table(key: str, rows: list[dict[str, Any]], description: str) -> None:

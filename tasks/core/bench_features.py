@@ -164,7 +164,9 @@ def dask_stage(lake: Path, cfg: FeaturesConfig, backend: str, workers: int, out:
     client = dask_client(c, backend)
     try:
         client.wait_for_workers(min(workers, 1 if backend == "cudf" else workers), timeout=300)
-        client.run(_warm)
+        from .bench_scaling import warm_worker
+
+        client.run(warm_worker)
         startup = time.perf_counter() - t_start
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
@@ -183,10 +185,6 @@ def dask_stage(lake: Path, cfg: FeaturesConfig, backend: str, workers: int, out:
         "rows": summary["rows_out"],
         "dashboard": dashboard,
     }
-
-
-def _warm() -> None:
-    import tasks.core.features  # noqa: F401  (imports on every worker before the clock starts)
 
 
 # ---------------------------------------------------------------- kernels

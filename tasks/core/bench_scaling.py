@@ -74,7 +74,8 @@ def ensure_lake(work: Path, topology: str, days: int, ingest: IngestConfig, seed
     return lake
 
 
-def _warm() -> None:
+def warm_worker() -> None:
+    """Run on every Dask worker before a timed run (``client.run``): the stage's imports happen untimed."""
     import tasks.core.features  # noqa: F401
 
 
@@ -87,7 +88,7 @@ def time_features(lake: Path, cfg: FeaturesConfig, workers: int, backend: str, o
     client = dask_client(c, backend)
     try:
         client.wait_for_workers(workers, timeout=120)
-        client.run(_warm)  # imports on every worker before the clock starts
+        client.run(warm_worker)  # imports on every worker before the clock starts
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
         summary = build_features(client, lake, Topology.read(lake / "topology.json"), c, backend, out)
