@@ -6,6 +6,7 @@ the MLflow experiment ``<experiment>-bench`` with its plots, and shows a Prefect
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,7 +147,15 @@ def stage_bench_task(cfg: FaultlineConfig, suite: str, size: str, work: Path, op
     elif suite == "features":
         from tasks.core.bench_features import bench_features
 
-        res = bench_features(work / "features", cfg.features, opts.get("rows"), opts.get("lake"))
+        last = Path(cfg.paths.bench_results) / "features.json"
+        res = bench_features(
+            work / "features",
+            cfg.features,
+            opts.get("rows"),
+            opts.get("lake"),
+            parts=tuple(opts["parts"].split(",")) if opts.get("parts") else None,
+            previous=json.loads(last.read_text()) if last.is_file() else None,
+        )
     else:  # pragma: no cover - the flow's parameter type restricts the choices
         raise ValueError(f"unknown benchmark {suite}")
     path = _write(cfg, suite, res)
@@ -176,7 +185,7 @@ def benchmark(
         size: small (a quick test of the flow) or full (figures).
         max_workers: scaling up to N workers (default: the profile's).
         work: scratch directory (generated inputs are reused).
-        options: per-benchmark sizes: size_gb, times, rows, topology, lake.
+        options: per-benchmark sizes: size_gb, times, rows, topology, lake, parts (features).
     """
     cfg = load_config(profile, overrides or [])
     out: dict[str, Any] = {}

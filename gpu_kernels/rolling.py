@@ -4,41 +4,51 @@ Rows are sorted by (segment, time); ``indptr`` gives each segment's row range (C
 of a segment starting at s, the window for span w covers rows max(s, i-w+1)..i (fewer rows at the start
 of a segment). std is the population std (ddof=0); slope is the least-squares slope per sample step.
 
+Layout (column-major, so every output column is one contiguous run that a DataFrame can take as is):
+values [F, N] -> out [F, len(windows), 4, N].
+
 ``rolling_stats_reference`` is the NumPy reference; ``rolling_stats_cuda`` launches the CUDA kernel on
 CuPy arrays or anything with ``__cuda_array_interface__`` (cuDF columns), with no host copies.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-KERNEL_VERSION = "rolling-1"
+KERNEL_VERSION = "rolling-2"
 STATS = ("mean", "std", "max", "slope")
+BLOCK = 256
+SHARED_BYTES = 48 * 1024  # static shared-memory budget per block (no opt-in needed on any CUDA GPU)
+MAX_WINDOW = SHARED_BYTES // 8 - BLOCK + 1  # one feature's tile (block rows + the longest window) must fit
 
 
 def rolling_stats_reference(
     values: np.ndarray, indptr: np.ndarray, windows: tuple[int, ...], block: int = 1 << 16
 ) -> np.ndarray:
-    """values [N, F] -> out [N, F, len(windows), 4] (float64). Works in row blocks (with the longest
-    window's rows before each block as context), so memory stays bounded; each row's arithmetic is the same."""
+    """values [F, N] -> out [F, W, 4, N] (float64). Works in row blocks (with the longest window's rows
+    before each block as context), so memory stays bounded; each row's arithmetic is the same."""
     values = np.asarray(values, dtype=np.float64)
     if values.ndim == 1:
-        values = values[:, None]
-    n, f = values.shape
-    out = np.empty((n, f, len(windows), len(STATS)), dtype=np.float64)
+        values = values[None, :]
+    f, n = values.shape
+    out = np.empty((f, len(windows), len(STATS), n), dtype=np.float64)
     seg_start = np.repeat(np.asarray(indptr[:-1]), np.diff(indptr))
     context = max(windows) - 1
+    rows = values.T
     for lo in range(0, n, block):
         hi = min(n, lo + block)
         ctx = max(0, lo - context)
-        part = _reference_block(values[ctx:hi], np.maximum(seg_start[ctx:hi] - ctx, 0), windows)
-        out[lo:hi] = part[lo - ctx :]
+        part = _reference_block(rows[ctx:hi], np.maximum(seg_start[ctx:hi] - ctx, 0), windows)
+        out[..., lo:hi] = part[..., lo - ctx :]
     return out
 
 
 def _reference_block(values: np.ndarray, seg_start: np.ndarray, windows: tuple[int, ...]) -> np.ndarray:
+    """values [n, F] (rows) -> [F, W, 4, n]."""
     n, f = values.shape
-    out = np.empty((n, f, len(windows), len(STATS)), dtype=np.float64)
+    out = np.empty((f, len(windows), len(STATS), n), dtype=np.float64)
     idx = np.arange(n)
     for wi, w in enumerate(windows):
         start = np.maximum(seg_start, idx - w + 1)
@@ -59,39 +69,65 @@ def _reference_block(values: np.ndarray, seg_start: np.ndarray, windows: tuple[i
         sxx = np.sum(tdev * tdev, axis=1)
         sxy = np.sum(tdev[:, None, :] * dev, axis=2)
         slope = np.divide(sxy, sxx[:, None], out=np.zeros_like(sxy), where=sxx[:, None] > 0)
-        out[:, :, wi, 0], out[:, :, wi, 1], out[:, :, wi, 2], out[:, :, wi, 3] = mean, std, mx, slope
+        for si, stat in enumerate((mean, std, mx, slope)):
+            out[:, wi, si, :] = stat.T
     return out
 
 
 _SOURCE = r"""
 extern "C" __global__ void rolling_stats(const T* __restrict__ values, const long long* __restrict__ seg_start,
-                                         const int* __restrict__ windows, int n_windows, long long n, int f,
+                                         const long long* __restrict__ dest, int has_dest,
+                                         const int* __restrict__ windows, int n_windows, int max_w,
+                                         long long n, int f, int fb, long long m,
                                          T* __restrict__ out) {
-    // one thread per (row, feature); each thread walks its longest window once and emits every span.
-    long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (tid >= n * f) return;
-    long long i = tid / f;
-    int c = (int)(tid % f);
-    long long s = seg_start[i];
-    for (int wi = 0; wi < n_windows; ++wi) {
-        long long start = i - windows[wi] + 1;
-        if (start < s) start = s;
-        double cnt = (double)(i - start + 1);
-        double sum = 0.0, mx = -1.0e308;
-        for (long long j = start; j <= i; ++j) { double v = (double)values[j * f + c]; sum += v; mx = v > mx ? v : mx; }
-        double mean = sum / cnt, tmean = (cnt - 1.0) / 2.0, ss = 0.0, sxy = 0.0, sxx = 0.0;
-        for (long long j = start; j <= i; ++j) {
-            double d = (double)values[j * f + c] - mean, t = (double)(j - start) - tmean;
-            ss += d * d; sxy += t * d; sxx += t * t;
+    // A block owns BLOCK consecutive rows of fb features. Those rows plus the longest window before them are
+    // staged once in shared memory (coalesced), so each input value comes from DRAM about once. Each thread
+    // then sweeps its row's window backwards once, for all windows (sorted ascending, nested), keeping shifted
+    // sums (y = x - x_i): sum y, sum y^2, sum k*y and the max. Writes are column-major: thread i of a block
+    // writes element dest[i] of each output column, so a warp's stores are contiguous.
+    extern __shared__ double tile[];
+    const int span = blockDim.x + max_w - 1;
+    const long long i0 = (long long)blockIdx.x * blockDim.x, base = i0 - (max_w - 1);
+    const int c0 = blockIdx.y * fb, nf = min(fb, f - c0);
+    for (int q = threadIdx.x; q < nf * span; q += blockDim.x) {
+        const int cc = q / span;
+        const long long r = base + (q - cc * span);
+        tile[q] = (r >= 0 && r < n) ? (double)values[(long long)(c0 + cc) * n + r] : 0.0;
+    }
+    __syncthreads();
+    const long long i = i0 + threadIdx.x;
+    if (i >= n) return;
+    const long long d = has_dest ? dest[i] : i;
+    if (d < 0) return;
+    const long long avail_ll = i - seg_start[i] + 1;
+    const int avail = avail_ll < (long long)max_w ? (int)avail_ll : max_w;
+    for (int cc = 0; cc < nf; ++cc) {
+        const double* x = tile + cc * span + (int)(i - base);  // x[-k] is row i-k
+        const double shift = x[0];
+        double s1 = 0.0, s2 = 0.0, sk = 0.0, mx = -1.0e308;
+        int k = 0;
+        for (int wi = 0; wi < n_windows; ++wi) {
+            const int cnt = windows[wi] < avail ? windows[wi] : avail;
+            for (; k < cnt; ++k) {
+                const double v = x[-k], y = v - shift;
+                s1 += y; s2 += y * y; sk += (double)k * y; mx = v > mx ? v : mx;
+            }
+            const double nn = (double)cnt, ybar = s1 / nn;
+            double var = s2 / nn - ybar * ybar;
+            var = var > 0.0 ? var : 0.0;
+            // slope: sum t*(y - ybar) / sum (t - tbar)^2 with t = cnt-1-k (0 at the window's oldest row)
+            const double sty = (nn - 1.0) * s1 - sk, sxx = nn * (nn * nn - 1.0) / 12.0;
+            const double sxy = sty - ybar * nn * (nn - 1.0) / 2.0;
+            T* o = out + ((long long)((c0 + cc) * n_windows + wi) * 4) * m + d;
+            o[0] = (T)(shift + ybar); o[m] = (T)sqrt(var); o[2 * m] = (T)mx;
+            o[3 * m] = (T)(sxx > 0.0 ? sxy / sxx : 0.0);
         }
-        long long o = ((i * f + c) * n_windows + wi) * 4;
-        out[o] = (T)mean; out[o + 1] = (T)sqrt(ss / cnt); out[o + 2] = (T)mx;
-        out[o + 3] = (T)(sxx > 0.0 ? sxy / sxx : 0.0);
     }
 }
 """
 
 
+@functools.cache
 def _kernel(dtype):
     import cupy as cp
 
@@ -99,24 +135,56 @@ def _kernel(dtype):
     return cp.RawKernel(f"#define T {ctype}\n" + _SOURCE, "rolling_stats")
 
 
-def rolling_stats_cuda(values, indptr, windows: tuple[int, ...], block: int = 256, out=None):
-    """CuPy launcher: values [N, F] (device, float32/float64) -> [N, F, W, 4] on the device (into ``out``
-    when given, e.g. a buffer poisoned with NaN by a test so unwritten rows show)."""
+def rolling_stats_cuda(values, indptr, windows: tuple[int, ...], out=None, dest=None, m: int | None = None):
+    """CuPy launcher: values [F, N] (device, float32/float64) -> [F, W, 4, M] on the device.
+
+    ``dest`` (optional, int64 [N]) says where each row's results go (-1: not written), e.g. only the rows of
+    the day being computed when the rows before it are there as history; ``m`` is then the output length.
+    ``out`` may be given (e.g. a buffer poisoned with NaN by a test so unwritten rows show)."""
     import cupy as cp
 
     v = cp.ascontiguousarray(cp.asarray(values))
     if v.ndim == 1:
-        v = v[:, None]
-    n, f = v.shape
-    ptr = cp.asarray(indptr, dtype=cp.int64)
-    seg_start = _segment_starts(ptr, n)
-    w = cp.asarray(np.asarray(windows, dtype=np.int32))
+        v = v[None, :]
+    f, n = v.shape
+    ws = tuple(int(w) for w in windows)
+    if list(ws) != sorted(set(ws)):
+        raise ValueError(f"windows must be distinct and ascending, got {ws}")
+    if max(ws) > MAX_WINDOW:
+        raise ValueError(f"the longest window ({max(ws)} samples) exceeds the kernel's {MAX_WINDOW}")
+    m = n if m is None else int(m)
+    if dest is not None:
+        dest = cp.asarray(dest, dtype=cp.int64)
+        if dest.shape != (n,):
+            raise ValueError(f"dest must have one entry per row ({n}), got shape {dest.shape}")
+    elif m != n:
+        raise ValueError("m differs from the row count but no dest says where rows go")
+    shape = (f, len(ws), 4, m)
     if out is None:
-        out = cp.empty((n, f, len(windows), 4), dtype=v.dtype)
-    elif out.shape != (n, f, len(windows), 4) or out.dtype != v.dtype or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous {v.dtype} array of shape {(n, f, len(windows), 4)}")
-    grid = (int(n * f + block - 1) // block,)
-    _kernel(v.dtype)(grid, (block,), (v, seg_start, w, np.int32(len(windows)), np.int64(n), np.int32(f), out))
+        out = cp.empty(shape, dtype=v.dtype)
+    elif out.shape != shape or out.dtype != v.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {v.dtype} array of shape {shape}")
+    if n == 0 or f == 0:
+        return out
+    seg_start = _segment_starts(cp.asarray(indptr, dtype=cp.int64), n)
+    span = BLOCK + max(ws) - 1
+    fb = max(1, min(f, SHARED_BYTES // (span * 8)))
+    grid = ((n + BLOCK - 1) // BLOCK, (f + fb - 1) // fb)
+    args = (
+        v,
+        seg_start,
+        dest if dest is not None else cp.zeros(1, dtype=cp.int64),
+        np.int32(dest is not None),
+        cp.asarray(np.asarray(ws, dtype=np.int32)),
+        np.int32(len(ws)),
+        np.int32(max(ws)),
+        np.int64(n),
+        np.int32(f),
+        np.int32(fb),
+        np.int64(m),
+        out,
+    )
+    _kernel(np.dtype(v.dtype))(grid, (BLOCK,), args, shared_mem=fb * span * 8)
     return out
 
 

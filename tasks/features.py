@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
+from tqdm import tqdm
 
 from gpu_kernels import neighbors, rolling
 from tasks.common import TASK_OPTIONS, Timer, manifest_header, publish_stage_artifact, stage_result
 from tasks.core.config import FeaturesConfig
-from tasks.core.features import build_features, feature_names
+from tasks.core.features import build_features, day_groups, feature_names
 from tasks.core.runtime import dask_client, dataframe_backend
 from tasks.core.store import (
     MANIFEST,
@@ -45,7 +46,10 @@ def features_task(lake: str, lake_fp: str, cfg: FeaturesConfig, root: Path, forc
             client = dask_client(cfg, backend)
             try:
                 dashboard = client.dashboard_link
-                summary = build_features(client, Path(lake), topo, cfg, backend, tmp)
+                with tqdm(total=len(day_groups(Path(lake) / "kpi")), desc=f"features ({backend})", unit="day") as bar:
+                    summary = build_features(
+                        client, Path(lake), topo, cfg, backend, tmp, progress=lambda done, n: bar.update(1)
+                    )
             finally:
                 client.close()
                 if getattr(client, "cluster", None) is not None and not cfg.scheduler_address:

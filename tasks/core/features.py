@@ -24,6 +24,7 @@ from .topology import Topology
 
 PRECURSOR_SEVERITIES = ("warning", "minor", "major")
 ALARM_WINDOW = 12  # samples (one hour) for alarm counts
+KEY = np.int64(1) << 34  # (code, minute) keys: minutes since 1970 stay below 2**34 until the year 34,000
 NEIGHBOUR_INPUTS = ("cpu_util", "temperature_c", "latency_ms", "packet_loss_pct", "if_errors", "alarms_1h")
 
 
@@ -41,14 +42,21 @@ def fault_table(alarms: pd.DataFrame) -> pd.DataFrame:
     return a.sort_values(["element_id", "timestamp"]).reset_index(drop=True)
 
 
-def alarm_buckets(alarms: pd.DataFrame) -> pd.DataFrame:
-    """Precursor alarms counted per element and 5-minute sample (an alarm counts toward the next sample)."""
-    a = alarms[alarms["severity"].isin(PRECURSOR_SEVERITIES)].reset_index(drop=True)
-    a["timestamp"] = a["timestamp"].dt.ceil(f"{STEP_MINUTES}min")
-    counts = pd.crosstab([a["element_id"], a["timestamp"]], a["severity"])
-    counts = counts.reindex(columns=list(PRECURSOR_SEVERITIES), fill_value=0)
-    counts.columns = [f"n_{c}" for c in counts.columns]
-    return counts.reset_index()
+def alarm_arrays(alarms: pd.DataFrame, index: dict[str, int]) -> dict[str, np.ndarray]:
+    """Precursor alarms as sorted keys (element code * KEY + minute of the 5-minute sample they count toward,
+    i.e. the alarm time rounded up), one array per severity and one for all of them (host arrays, small)."""
+    a = alarms[alarms["severity"].isin(PRECURSOR_SEVERITIES)]
+    step = STEP_MINUTES * 60_000_000
+    minute = (-(-_micros(a["timestamp"]) // step)) * STEP_MINUTES if len(a) else np.zeros(0, dtype=np.int64)
+    code = a["element_id"].map(index).to_numpy(dtype=np.float64)
+    if np.isnan(code).any():
+        unknown = sorted(set(a["element_id"][np.isnan(code)]))[:5]
+        raise ValueError(f"alarms name elements that are not in the topology: {unknown}")
+    key = code.astype(np.int64) * KEY + minute
+    sev = a["severity"].to_numpy()
+    out = {s: np.sort(key[sev == s]) for s in PRECURSOR_SEVERITIES}
+    out["all"] = np.sort(key)
+    return out
 
 
 def _on_gpu(df) -> bool:
@@ -82,21 +90,22 @@ def _minutes(ts) -> Any:
     return _micros(ts) // 60_000_000
 
 
-def _rolling(values, indptr, windows: tuple[int, ...], xp):
+def _rolling(values, indptr, windows: tuple[int, ...], xp, keep):
+    """values [F, N] in (code, time) order -> stats [F, W, 4, rows where ``keep``] (the others are history)."""
     if xp is np:
-        return roll_kernel.rolling_stats_reference(values, indptr, windows)
-    return roll_kernel.rolling_stats_cuda(values, indptr, windows)
+        return roll_kernel.rolling_stats_reference(values, indptr, windows)[..., keep]
+    dest = xp.where(keep, xp.cumsum(keep) - 1, -1)
+    return roll_kernel.rolling_stats_cuda(values, indptr, windows, dest=dest, m=int(keep.sum()))
 
 
 def _segments(code, xp):
-    """Row ranges of each element in rows sorted by (code, time): indptr, segment start of every row."""
+    """Row ranges of each element in rows sorted by (code, time): indptr, and each row's segment number."""
     n = len(code)
     change = xp.ones(n, dtype=bool)
     change[1:] = code[1:] != code[:-1]
     starts = xp.flatnonzero(change)
     indptr = xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)])
-    seg_start = starts[xp.cumsum(change) - 1]
-    return indptr, seg_start
+    return indptr, xp.cumsum(change) - 1
 
 
 def fault_arrays(faults: pd.DataFrame, index: dict[str, int]) -> dict[str, np.ndarray]:
@@ -118,9 +127,6 @@ def fault_arrays(faults: pd.DataFrame, index: dict[str, int]) -> dict[str, np.nd
     return {"code": code[order], "t": t[order], "end": end[order]}
 
 
-KEY = np.int64(1) << 34  # minutes since 1970 stay below 2**34 until the year 34,000
-
-
 def _labels(code, t, fa: dict[str, np.ndarray], horizon: int, xp):
     """label: a NODE_DOWN onset in (t, t + horizon]; in_fault: from an onset until its recovery."""
     n = len(t)
@@ -140,68 +146,114 @@ def _labels(code, t, fa: dict[str, np.ndarray], horizon: int, xp):
     return within.astype(xp.int8), in_fault.astype(xp.int8), xp.where(within, gap.astype(xp.float64), xp.nan)
 
 
-def _minutes_since_alarm(t, count, seg_start, xp, cap: float = 1440.0):
-    """Minutes since the element's latest precursor alarm at or before each row (capped)."""
-    n = len(t)
-    rows = xp.flatnonzero(count > 0)
-    if len(rows) == 0:
-        return xp.full(n, cap)
-    k = xp.searchsorted(rows, xp.arange(n), side="right") - 1
-    j = rows[xp.maximum(k, 0)]
-    valid = (k >= 0) & (j >= seg_start)
-    return xp.where(valid, xp.minimum((t - t[j]).astype(xp.float64), cap), cap)
+def _alarm_count(key, alarm_keys: np.ndarray, xp):
+    """Alarms of the row's element whose sample lies in the hour (t - 60 min, t]."""
+    a = xp.asarray(alarm_keys)
+    hi = xp.searchsorted(a, key, side="right")
+    lo = xp.searchsorted(a, key - ALARM_WINDOW * STEP_MINUTES, side="right")
+    return (hi - lo).astype(xp.float64)
 
 
-def element_features(part, faults: dict[str, np.ndarray], cfg: FeaturesConfig):
-    """All per-element features for the elements in one partition (each element wholly inside it).
+def _minutes_since_alarm(key, alarm_keys: np.ndarray, xp, cap: float = 1440.0):
+    """Minutes since the element's latest precursor alarm at or before each row (capped at a day)."""
+    a = xp.asarray(alarm_keys)
+    if len(a) == 0:
+        return xp.full(len(key), cap)
+    k = xp.searchsorted(a, key, side="right") - 1
+    j = a[xp.maximum(k, 0)]
+    valid = (k >= 0) & (j // KEY == key // KEY)
+    return xp.where(valid, xp.minimum((key - j).astype(xp.float64), cap), cap)
 
-    Written once for pandas and cuDF partitions: the arrays are NumPy or CuPy to match.
-    """
-    if len(part) == 0:
-        return _like(part, _empty_element_frame(cfg))
+
+def _keyed(day, shared: dict[str, Any]):
+    """The day's rows with their element code, sorted by (code, time)."""
+    codes = shared["codes"]
+    part = day.merge(_like(day, codes.astype({"element_id": day["element_id"].dtype})), on="element_id", how="left")
+    missing = part["code"].isna()
+    if bool(missing.any()):
+        ids = part.loc[missing, "element_id"]
+        unknown = sorted(set(ids.to_pandas() if _on_gpu(ids) else ids))
+        raise ValueError(f"KPI rows name elements that are not in the topology: {unknown[:5]}")
+    part["code"] = part["code"].astype("int64")
+    return part.sort_values(["code", "timestamp"]).reset_index(drop=True)
+
+
+def _kpi_matrix(part, kpis: tuple[str, ...], xp):
+    return xp.stack([_arr(part[k], "float64") for k in kpis]) if len(part) else xp.zeros((len(kpis), 0))
+
+
+def window_history(prev: dict | None, day, shared: dict[str, Any], kpis: tuple[str, ...], context: int) -> dict:
+    """The last ``context`` rows of every element up to the end of ``day`` (code, minute, KPI values [F, n]):
+    what the rolling windows of the next day's first rows reach back into. Chained day after day, so an
+    element with few rows in a day still carries its older rows along."""
+    part = _keyed(day, shared)
     xp = _xp(part)
-    part = part.sort_values(["code", "timestamp"]).reset_index(drop=True)
-    code = _arr(part["code"], "int64")
-    indptr, seg_start = _segments(code, xp)
-    stats = _rolling(_arr(part[list(cfg.kpis)], "float64"), indptr, cfg.windows, xp)
+    code, t, vals = _arr(part["code"], "int64"), _minutes(part["timestamp"]), _kpi_matrix(part, kpis, xp)
+    if prev is not None and len(prev["code"]):
+        code = xp.concatenate([xp.asarray(prev["code"]), code])
+        t = xp.concatenate([xp.asarray(prev["t"]), t])
+        vals = xp.concatenate([xp.asarray(prev["values"]), vals], axis=1)
+        order = xp.argsort(code * KEY + t)
+        code, t, vals = code[order], t[order], vals[:, order]
+    indptr, seg = _segments(code, xp)
+    keep = (indptr[seg + 1] - 1 - xp.arange(len(code))) < context  # within the last `context` rows of its element
+    return {"code": code[keep], "t": t[keep], "values": vals[:, keep]}
+
+
+def day_features(day, history: dict | None, shared: dict[str, Any], cfg: FeaturesConfig):
+    """All features for one day's rows (every element's rows of that day; ``history`` holds the rows before).
+
+    Written once for pandas and cuDF partitions: the arrays are NumPy or CuPy to match, and on the GPU the
+    CUDA kernels run on device arrays with no host round trip.
+    """
+    part = _keyed(day, shared)
+    xp = _xp(part)
+    n = len(part)
+    code, t = _arr(part["code"], "int64"), _minutes(part["timestamp"])
+    vals = _kpi_matrix(part, cfg.kpis, xp)
+    keep = xp.ones(n, dtype=bool)
+    all_code, all_vals = code, vals
+    if history is not None and len(history["code"]):
+        h_code, h_t = xp.asarray(history["code"]), xp.asarray(history["t"])
+        all_code = xp.concatenate([h_code, code])
+        all_vals = xp.concatenate([xp.asarray(history["values"]), vals], axis=1)
+        keep = xp.concatenate([xp.zeros(len(h_code), dtype=bool), keep])
+        order = xp.argsort(all_code * KEY + xp.concatenate([h_t, t]))
+        all_code, all_vals, keep = all_code[order], all_vals[:, order], keep[order]
+    indptr, _ = _segments(all_code, xp)
+    stats = _rolling(all_vals, indptr, cfg.windows, xp, keep)  # [F, W, 4, n], rows in the day's (code, t) order
     cols: dict[str, Any] = {}
     for ki, k in enumerate(cfg.kpis):
         for wi, w in enumerate(cfg.windows):
             for si, s in enumerate(roll_kernel.STATS):
-                cols[f"{k}_{s}_{w}"] = xp.ascontiguousarray(stats[:, ki, wi, si])
-    counts = _arr(part[[f"n_{s}" for s in PRECURSOR_SEVERITIES]], "float64")
-    alarm_mean = _rolling(counts, indptr, (ALARM_WINDOW,), xp)
-    in_window = xp.minimum(ALARM_WINDOW, xp.arange(len(code)) - seg_start + 1)
-    for si, s in enumerate(PRECURSOR_SEVERITIES):
-        cols[f"alarms_{s}_1h"] = alarm_mean[:, si, 0, 0] * in_window
+                cols[f"{k}_{s}_{w}"] = stats[ki, wi, si]
+    key = code * KEY + t
+    for s in PRECURSOR_SEVERITIES:
+        cols[f"alarms_{s}_1h"] = _alarm_count(key, shared["alarms"][s], xp)
     cols["alarms_1h"] = sum(cols[f"alarms_{s}_1h"] for s in PRECURSOR_SEVERITIES)
-    t = _minutes(part["timestamp"])
-    cols["minutes_since_alarm"] = _minutes_since_alarm(t, counts.sum(axis=1), seg_start, xp)
-    label, in_fault, lead = _labels(code, t, faults, cfg.horizon_minutes, xp)
+    cols["minutes_since_alarm"] = _minutes_since_alarm(key, shared["alarms"]["all"], xp)
+    label, in_fault, lead = _labels(code, t, shared["faults"], cfg.horizon_minutes, xp)
     cols["in_fault"], cols["minutes_to_fault"], cols["label"] = in_fault, lead, label
-    return part[["element_id", "timestamp", "code", *KPI_VALUES]].assign(**cols)
+    inputs = {k: cols["alarms_1h"] if k == "alarms_1h" else _arr(part[k], "float64") for k in NEIGHBOUR_INPUTS}
+    cols.update(_neighbours(code, t, inputs, shared, xp))
+    return part[["element_id", "timestamp", *KPI_VALUES]].assign(**cols)
 
 
-def neighbour_features(part, indptr: np.ndarray, indices: np.ndarray, n_elements: int):
-    """Neighbour mean/max per timestamp (each timestamp wholly inside this partition)."""
-    names = [f"nbr_{k}_{s}" for k in NEIGHBOUR_INPUTS for s in nb_kernel.STATS]
-    if len(part) == 0:
-        return part.assign(**{n: np.float64(0) for n in names})
-    xp = _xp(part)
-    times, t_idx = xp.unique(_micros(part["timestamp"]), return_inverse=True)
-    e_idx = _arr(part["code"], "int64")
-    grid = xp.full((len(times), n_elements, len(NEIGHBOUR_INPUTS)), xp.nan)
-    grid[t_idx.ravel(), e_idx, :] = _arr(part[list(NEIGHBOUR_INPUTS)], "float64")
+def _neighbours(code, t, inputs: dict[str, Any], shared: dict[str, Any], xp) -> dict[str, Any]:
+    """Neighbour mean/max per timestamp over the topology (every timestamp's rows are in this day)."""
+    times, t_idx = xp.unique(t, return_inverse=True)
+    t_idx = t_idx.ravel()
+    grid = xp.full((len(NEIGHBOUR_INPUTS), len(times), shared["n_elements"]), xp.nan)
+    grid[:, t_idx, code] = xp.stack([inputs[k] for k in NEIGHBOUR_INPUTS])
     if xp is np:
-        agg = nb_kernel.neighbor_agg_reference(grid, indptr, indices)
+        agg = nb_kernel.neighbor_agg_reference(grid, shared["indptr"], shared["indices"])
     else:
-        agg = nb_kernel.neighbor_agg_cuda(grid, indptr, indices)
-    picked = agg[t_idx.ravel(), e_idx]  # [rows, F, 2]
-    cols = {}
-    for fi, k in enumerate(NEIGHBOUR_INPUTS):
-        for si, s in enumerate(nb_kernel.STATS):
-            cols[f"nbr_{k}_{s}"] = xp.ascontiguousarray(picked[:, fi, si])
-    return part.assign(**cols)
+        agg = nb_kernel.neighbor_agg_cuda(grid, shared["indptr"], shared["indices"])
+    return {
+        f"nbr_{k}_{s}": agg[fi, si][t_idx, code]
+        for fi, k in enumerate(NEIGHBOUR_INPUTS)
+        for si, s in enumerate(nb_kernel.STATS)
+    }
 
 
 def _like(part, frame: pd.DataFrame):
@@ -213,83 +265,107 @@ def _like(part, frame: pd.DataFrame):
     return frame
 
 
-def _empty_element_frame(cfg: FeaturesConfig, base: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The per-element output's empty frame; carried columns take their dtypes from ``base`` (the input's meta)."""
-    cols = [
-        "element_id",
-        "timestamp",
-        "code",
-        *feature_names(cfg)[: -2 * len(NEIGHBOUR_INPUTS)],
-        "in_fault",
-        "minutes_to_fault",
-        "label",
-    ]
-    frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-    types = {"element_id": "string", "timestamp": "datetime64[us, UTC]", "code": "int32"}
-    if base is not None:
-        types.update({c: base[c].dtype for c in ("element_id", "timestamp", "code", *KPI_VALUES) if c in base})
-    return frame.astype({**types, "in_fault": "int8", "label": "int8"})
+# ---------------------------------------------------------------- the stage
+def day_groups(kpi_dir: Path) -> list[tuple[str, list[str]]]:
+    """The lake's KPI files grouped by day (Spark's ``date=YYYY-MM-DD`` directories), in time order."""
+    groups: dict[str, list[str]] = {}
+    for f in sorted(kpi_dir.rglob("*.parquet")):
+        groups.setdefault(f.parent.name if f.parent != kpi_dir else "all", []).append(str(f))
+    return sorted(groups.items())
 
 
-def _same_time_type(ts: pd.Series, like) -> pd.Series:
-    """Host timestamps in the partitions' convention (cuDF may read Parquet UTC timestamps as tz-naive)."""
-    want_tz = getattr(like, "tz", None)
-    has_tz = getattr(ts.dtype, "tz", None)
-    if has_tz is not None and want_tz is None:
-        return ts.dt.tz_convert(None)
-    if has_tz is None and want_tz is not None:
-        return ts.dt.tz_localize("UTC")
-    return ts
+def read_kpi(files: list[str], backend: str):
+    """One day's KPI rows as a pandas or cuDF frame (the backend chosen in ``runtime.dataframe_backend``)."""
+    cols = ["element_id", "timestamp", *KPI_VALUES]
+    if backend == "cudf":
+        import cudf
+
+        return cudf.read_parquet(files, columns=cols)
+    import pyarrow.parquet as pq
+
+    return pq.read_table(files, columns=cols, partitioning=None).to_pandas()
 
 
-def build_features(client, lake: Path, topo: Topology, cfg: FeaturesConfig, backend: str, out: Path) -> dict:
-    """Read the ingest output, compute features with Dask, write Parquet to ``out/features``."""
-    import dask
-    import dask.dataframe as dd
+def write_day(
+    name: str, day, history, shared: dict[str, Any], cfg: FeaturesConfig, out: Path, write: bool = True
+) -> dict[str, Any]:
+    """Compute one day's features and write them as ``out/<day>.parquet`` (``write=False``: compute only, for
+    the benchmark's breakdown); returns its row counts."""
+    rows_in = len(day)
+    if rows_in == 0:
+        return {"day": name, "rows_in": 0, "rows_out": 0, "positives": 0}
+    frame = day_features(day, history, shared, cfg)
+    if len(frame) != rows_in:
+        raise RuntimeError(f"features for {name} changed the row count: {rows_in} KPI rows in, {len(frame)} out")
+    if write:
+        frame.to_parquet(out / f"{name}.parquet", index=False)
+    return {"day": name, "rows_in": rows_in, "rows_out": len(frame), "positives": int(frame["label"].sum())}
 
-    to_backend = (lambda d: d.to_backend("cudf")) if backend == "cudf" else (lambda d: d)
+
+def shared_tables(lake: Path, topo: Topology) -> dict[str, Any]:
+    """What every day's task reads besides its own rows: element codes, faults and precursor alarms from the
+    alarm log, and the topology's CSR (host arrays; small next to the KPI rows)."""
+    import pyarrow.dataset as ds
+
+    alarms = (
+        ds.dataset(lake / "alarms", format="parquet", partitioning="hive")
+        .to_table(columns=["element_id", "timestamp", "severity", "alarm_type"])
+        .to_pandas()
+    )
     index = {e: i for i, e in enumerate(topo.element_ids)}
     indptr, indices = topo.csr()
-    with dask.config.set({"dataframe.backend": backend}):
-        kpi = dd.read_parquet(str(lake / "kpi"), columns=["element_id", "timestamp", *KPI_VALUES])
-        alarms = dd.read_parquet(
-            str(lake / "alarms"), columns=["element_id", "timestamp", "severity", "alarm_type"]
-        ).compute()
-        alarms = (alarms.to_pandas() if hasattr(alarms, "to_pandas") else alarms).reset_index(drop=True)
-        faults = fault_arrays(fault_table(alarms), index)
-        buckets = alarm_buckets(alarms)
-        codes = pd.DataFrame({"element_id": topo.element_ids, "code": np.arange(topo.n, dtype=np.int32)})
-        if backend == "pandas":
-            kpi = kpi.astype({"element_id": "string"})
-            buckets["element_id"] = buckets["element_id"].astype("string")
-            codes["element_id"] = codes["element_id"].astype("string")
-        buckets["timestamp"] = _same_time_type(buckets["timestamp"], kpi._meta["timestamp"].dtype)
-        joined = kpi.merge(to_backend(dd.from_pandas(codes, npartitions=1)), on="element_id", how="left")
-        joined = joined.merge(
-            to_backend(dd.from_pandas(buckets, npartitions=1)), on=["element_id", "timestamp"], how="left"
-        )
-        joined = joined.fillna({f"n_{s}": 0 for s in PRECURSOR_SEVERITIES})
-        nparts = max(1, min(kpi.npartitions, 8 * max(1, len(client.scheduler_info()["workers"]))))
-        by_element = joined.shuffle("code", npartitions=nparts)
-        base = joined._meta.to_pandas() if hasattr(joined._meta, "to_pandas") else joined._meta
-        empty = _empty_element_frame(cfg, base)
-        meta = _like(joined._meta, empty)
-        per_element = by_element.map_partitions(element_features, faults, cfg, meta=meta)
-        by_time = per_element.shuffle("timestamp", npartitions=nparts)
-        meta2 = _like(joined._meta, neighbour_features(empty, indptr, indices, topo.n))
-        final = by_time.map_partitions(neighbour_features, indptr, indices, topo.n, meta=meta2)
-        (out / "features").mkdir(parents=True, exist_ok=True)
-        final.drop(columns=["code"]).to_parquet(str(out / "features"), write_index=False)
-    feats = dd.read_parquet(str(out / "features"))
-    rows_out = int(feats.shape[0].compute())
-    labels = feats["label"].sum().compute()
-    rows_in = int(dd.read_parquet(str(lake / "kpi"), columns=["element_id"]).shape[0].compute())
+    return {
+        "codes": pd.DataFrame({"element_id": topo.element_ids, "code": np.arange(topo.n, dtype=np.int64)}),
+        "faults": fault_arrays(fault_table(alarms), index),
+        "alarms": alarm_arrays(alarms, index),
+        "indptr": np.asarray(indptr),
+        "indices": np.asarray(indices),
+        "n_elements": topo.n,
+    }
+
+
+def build_features(
+    client, lake: Path, topo: Topology, cfg: FeaturesConfig, backend: str, out: Path, progress=None, write=True
+) -> dict:
+    """Read the ingest output day by day, compute features with Dask, write Parquet to ``out/features``.
+
+    One task per day, with no shuffle: a day holds every timestamp's rows (neighbour features), and the
+    rolling windows reach into the previous days through a small chain of per-element histories.
+    ``progress(done, total)`` is called as days finish."""
+    import dask
+    from distributed import as_completed
+
+    groups = day_groups(lake / "kpi")
+    if not groups:
+        raise ValueError(f"{lake / 'kpi'} holds no Parquet files: nothing to compute features from")
+    shared = shared_tables(lake, topo)
+    [tables] = client.scatter([shared], broadcast=True)
+    dest = out / "features"
+    dest.mkdir(parents=True, exist_ok=True)
+    context = max(cfg.windows) - 1
+    reads = [dask.delayed(read_kpi, pure=True)(files, backend) for _, files in groups]
+    history = [None]
+    for i in range(1, len(groups)):
+        history.append(dask.delayed(window_history)(history[-1], reads[i - 1], tables, cfg.kpis, context))
+    days = [
+        dask.delayed(write_day)(name, reads[i], history[i], tables, cfg, dest, write)
+        for i, (name, _) in enumerate(groups)
+    ]
+    futures = client.compute(days)
+    for done, _ in enumerate(as_completed(futures), 1):
+        if progress is not None:
+            progress(done, len(futures))
+    stats = client.gather(futures)
+    rows_in, rows_out = sum(s["rows_in"] for s in stats), sum(s["rows_out"] for s in stats)
+    if rows_in == 0:
+        raise ValueError(f"{lake / 'kpi'} holds no KPI rows: nothing to compute features from")
     if rows_in != rows_out:
         raise RuntimeError(f"features changed the row count: {rows_in} KPI rows in, {rows_out} feature rows out")
     return {
         "rows_in": rows_in,
         "rows_out": rows_out,
         "rows_quarantined": 0,
-        "positives": int(labels),
-        "faults_in_alarm_log": int(len(faults["t"])),
+        "days": len(groups),
+        "positives": sum(s["positives"] for s in stats),
+        "faults_in_alarm_log": int(len(shared["faults"]["t"])),
     }

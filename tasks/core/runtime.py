@@ -239,6 +239,7 @@ def dask_client(cfg: FeaturesConfig, backend: str):
 
         kwargs: dict[str, Any] = {
             "n_workers": min(cfg.n_workers, detect_hardware().gpu_count) or 1,
+            "threads_per_worker": cfg.threads_per_worker,
             "protocol": cfg.protocol,
             "rmm_pool_size": cfg.rmm_pool_size,
             "enable_cudf_spill": True,
