@@ -75,8 +75,8 @@ def _reference_block(values: np.ndarray, seg_start: np.ndarray, windows: tuple[i
 
 
 _SOURCE = r"""
-extern "C" __global__ void rolling_stats(const T* __restrict__ values, const long long* __restrict__ seg_start,
-                                         const long long* __restrict__ dest, int has_dest,
+extern "C" __global__ void rolling_stats(const T* __restrict__ values, const long long* __restrict__ indptr,
+                                         long long n_seg, const long long* __restrict__ dest, int has_dest,
                                          const int* __restrict__ windows, int n_windows, int max_w,
                                          long long n, int f, int fb, long long m,
                                          T* __restrict__ out) {
@@ -99,7 +99,12 @@ extern "C" __global__ void rolling_stats(const T* __restrict__ values, const lon
     if (i >= n) return;
     const long long d = has_dest ? dest[i] : i;
     if (d < 0) return;
-    const long long avail_ll = i - seg_start[i] + 1;
+    long long lo = 0, hi = n_seg;  // the row's segment: the last s with indptr[s] <= i (indptr sits in L2)
+    while (hi - lo > 1) {
+        const long long mid = (lo + hi) >> 1;
+        if (indptr[mid] <= i) lo = mid; else hi = mid;
+    }
+    const long long avail_ll = i - indptr[lo] + 1;
     const int avail = avail_ll < (long long)max_w ? (int)avail_ll : max_w;
     for (int cc = 0; cc < nf; ++cc) {
         const double* x = tile + cc * span + (int)(i - base);  // x[-k] is row i-k
@@ -166,13 +171,14 @@ def rolling_stats_cuda(values, indptr, windows: tuple[int, ...], out=None, dest=
         raise ValueError(f"out must be a C-contiguous {v.dtype} array of shape {shape}")
     if n == 0 or f == 0:
         return out
-    seg_start = _segment_starts(cp.asarray(indptr, dtype=cp.int64), n)
+    ptr = cp.asarray(indptr, dtype=cp.int64)
     span = BLOCK + max(ws) - 1
     fb = max(1, min(f, SHARED_BYTES // (span * 8)))
     grid = ((n + BLOCK - 1) // BLOCK, (f + fb - 1) // fb)
     args = (
         v,
-        seg_start,
+        ptr,
+        np.int64(len(ptr) - 1),
         dest if dest is not None else cp.zeros(1, dtype=cp.int64),
         np.int32(dest is not None),
         cp.asarray(np.asarray(ws, dtype=np.int32)),
@@ -186,11 +192,3 @@ def rolling_stats_cuda(values, indptr, windows: tuple[int, ...], out=None, dest=
     )
     _kernel(np.dtype(v.dtype))(grid, (BLOCK,), args, shared_mem=fb * span * 8)
     return out
-
-
-def _segment_starts(indptr, n: int):
-    """seg_start[i] = indptr[segment of row i], computed on the device."""
-    import cupy as cp
-
-    seg = cp.searchsorted(indptr, cp.arange(n, dtype=indptr.dtype), side="right") - 1
-    return indptr[seg]

@@ -219,7 +219,7 @@ def kernel_bandwidth(rows: int, cfg: FeaturesConfig, elements: int = 3815, repea
     copy_s = timed(lambda: copy_dst.__setitem__(slice(None), copy_src))
     copy_gb_s = 2 * copy_src.nbytes / copy_s / 1e9
     r_s = timed(lambda: rolling.rolling_stats_cuda(values, indptr, cfg.windows, out=out_r))
-    r_bytes = values.nbytes + rows * 8 + out_r.nbytes  # values + per-row segment start + outputs
+    r_bytes = values.nbytes + indptr.nbytes + out_r.nbytes  # values + segments (CSR) + outputs
     topo = load_topology("backbone/world")
     nb_ptr, nb_idx = (cp.asarray(a) for a in topo.csr())
     t = max(1, rows // topo.n)
