@@ -1,10 +1,12 @@
-"""Feature engineering on a Dask DataFrame, written once for the pandas and cuDF backends.
+"""Feature engineering, written once for pandas and cuDF partitions and scheduled by Dask day by day.
 
-Per element (partitions shuffled by element): rolling mean/std/max/slope over several spans (the
-``gpu_kernels.rolling`` kernel on GPU, its NumPy reference on CPU), precursor-alarm counts and time
-since the last alarm, and the label (a fault onset within the horizon). Per timestamp (shuffled by
-time): neighbour mean/max over the topology (``gpu_kernels.neighbors``). Faults are read from the
-alarm log (``NODE_DOWN`` onsets, ``NODE_UP`` recoveries), never from the simulator's ground truth.
+One task per day of the lake, with no shuffle: a day holds every timestamp's rows, so the neighbour mean/max
+over the topology (``gpu_kernels.neighbors``) is computed inside it, and the rolling mean/std/max/slope over
+several spans (``gpu_kernels.rolling`` on GPU, its NumPy reference on CPU) reach into earlier days through a
+small chain of per-element histories (the last ``max(windows) - 1`` rows of each element). Precursor-alarm
+counts over the last hour, the time since the last alarm and the labels (a fault onset within the horizon)
+are looked up per row in small sorted key arrays. Faults are read from the alarm log (``NODE_DOWN`` onsets,
+``NODE_UP`` recoveries), never from the simulator's ground truth.
 """
 
 from __future__ import annotations
