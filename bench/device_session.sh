@@ -56,6 +56,7 @@ features-cpu)
   cp /tmp/benchres/features.json "$OUT/features.json" 2>/dev/null
   python3 -c "import json; r=json.load(open('$OUT/features.json')); print({k: r.get(k) for k in ('rows','gpu_vs_pandas','gpu_vs_dask_cpu','dask_cpu_vs_pandas','from_previous_run')}, r['pandas'], r['dask_cpu'])"
   rm -rf /tmp/bench/features/out-*
+  [ "${RUN_PIPELINE:-0}" = 1 ] || exit 0
   python3 -c "from pathlib import Path; from tasks.core.bench_features import synthetic_lake as s; print(s(Path('/tmp/lake'), 'backbone/world', 3815*288*4))"
   $FL run --profile gpu --from features --lake /tmp/lake --set paths.root=/tmp/fl --set train.epochs=8 --json > "$OUT/pipeline.log" 2>&1
   echo "pipeline rc=$?"; tail -n 12 "$OUT/pipeline.log" | cut -c1-300
