@@ -153,6 +153,7 @@ def stage_bench_task(cfg: FaultlineConfig, suite: str, size: str, work: Path, op
             cfg.features,
             opts.get("rows"),
             opts.get("lake"),
+            pandas_budget_s=opts.get("pandas_budget_s") or 150.0,
             parts=tuple(opts["parts"].split(",")) if opts.get("parts") else None,
             previous=json.loads(last.read_text()) if last.is_file() else None,
         )
@@ -185,7 +186,7 @@ def benchmark(
         size: small (a quick test of the flow) or full (figures).
         max_workers: scaling up to N workers (default: the profile's).
         work: scratch directory (generated inputs are reused).
-        options: per-benchmark sizes: size_gb, times, rows, topology, lake, parts (features).
+        options: per-benchmark sizes: size_gb, times, rows, topology, lake, parts and pandas_budget_s (features).
     """
     cfg = load_config(profile, overrides or [])
     out: dict[str, Any] = {}

@@ -178,6 +178,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "rows": args.rows,
         "lake": args.lake,
         "parts": args.parts,
+        "pandas_budget_s": args.pandas_budget,
     }
     suites = ["baseline", "scaling"] if args.what == "all" else [args.what]
     out = benchmark(
@@ -242,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rows", type=int, default=None, help="KPI rows (features)")
     b.add_argument("--lake", help="an existing ingest output to grow the features input from (features)")
     b.add_argument("--parts", help="features: a subset of pandas,dask,gpu,kernels (the rest from the last report)")
+    b.add_argument("--pandas-budget", type=float, help="features: seconds of pandas before extrapolating (150)")
     b.add_argument("--profile", default="local")
     b.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     b.add_argument("--size-gb", type=float, default=None, help="raw input size (ingest; default 1.0)")
