@@ -44,6 +44,7 @@ features-gpu)
   echo "bench gpu rc=$?"; grep -v "^{" "$OUT/bench_gpu.log" | grep -v WARN | tail -n 6 | cut -c1-300
   cp /tmp/benchres/features.json "$OUT/features_gpu.json" 2>/dev/null
   python3 -c "import json; r=json.load(open('/tmp/benchres/features.json')); print(r['rows'], r['lake_seconds'], r['gpu'], r['kernels'])"
+  [ "${SKIP_T2:-0}" = 1 ] && exit 0
   $FL bench features --parts gpu --profile gpu --set features.threads_per_worker=2 --set paths.root=/tmp/fl --work /tmp/bench --results /tmp/benchres2 --json > "$OUT/bench_gpu_t2.log" 2>&1
   echo "bench gpu t2 rc=$?"; python3 -c "import json; r=json.load(open('/tmp/benchres2/features.json')); print(r['gpu'])"
   cp /tmp/benchres2/features.json "$OUT/features_gpu_t2.json" 2>/dev/null
