@@ -13,14 +13,7 @@ bash /tmp/devstage/kit/install.sh > "$OUT/install.log" 2>&1; tail -2 "$OUT/insta
 . /tmp/devstage/kit/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false
 FL="python3 -m flows.cli"
-case "$1" in
-core)
-  { nvidia-smi; nvidia-smi topo -m; } > "$OUT/device.txt" 2>&1
-  $FL doctor --json > "$OUT/doctor.txt" 2>&1; echo "doctor rc=$?"; grep -E "PASS|FAIL|WARN|NA " "$OUT/doctor.txt" | cut -c1-150
-  REQUIRE_GPU=1 python3 -m pytest -q -s -p no:cacheprovider tests/gpu_kernels > "$OUT/gpu_tests.txt" 2>&1
-  echo "gpu tests rc=$?"; grep -E "worst|passed|failed|Error" "$OUT/gpu_tests.txt" | tail -8
-  $FL bench baseline --profile gpu --set paths.root=/tmp/fl --work /tmp/bench --results "$OUT" --json > "$OUT/baseline.log" 2>&1
-  echo "baseline rc=$?"; tail -c 600 "$OUT/baseline.log"; echo
+pipeline_and_check() {  # a synthetic 4-day lake -> the pipeline on the gpu profile from features -> the checklist
   python3 -c "from pathlib import Path; from tasks.core.bench_features import synthetic_lake as s; print(s(Path('/tmp/lake'), 'backbone/world', 3815*288*4))"
   $FL run --profile gpu --from features --lake /tmp/lake --set paths.root=/tmp/fl --set train.epochs=8 --json > "$OUT/pipeline.log" 2>&1
   echo "pipeline rc=$?"; tail -n 25 "$OUT/pipeline.log" | cut -c1-400
@@ -29,6 +22,16 @@ core)
   cp /tmp/fl/store/checklists/*/checklist.* "$OUT/" 2>/dev/null
   T=$(ls -d /tmp/fl/store/train/*/ | head -1); cp "$T/_manifest.json" "$OUT/train_manifest.json"; cp "$T/gpu_utilization.png" "$OUT/" 2>/dev/null
   F=$(ls -d /tmp/fl/store/features/*/ | head -1); cp "$F/_manifest.json" "$OUT/features_manifest.json"
+}
+case "$1" in
+core)
+  { nvidia-smi; nvidia-smi topo -m; } > "$OUT/device.txt" 2>&1
+  $FL doctor --json > "$OUT/doctor.txt" 2>&1; echo "doctor rc=$?"; grep -E "PASS|FAIL|WARN|NA " "$OUT/doctor.txt" | cut -c1-150
+  REQUIRE_GPU=1 python3 -m pytest -q -s -p no:cacheprovider tests/gpu_kernels > "$OUT/gpu_tests.txt" 2>&1
+  echo "gpu tests rc=$?"; grep -E "worst|passed|failed|Error" "$OUT/gpu_tests.txt" | tail -8
+  $FL bench baseline --profile gpu --set paths.root=/tmp/fl --work /tmp/bench --results "$OUT" --json > "$OUT/baseline.log" 2>&1
+  echo "baseline rc=$?"; tail -c 600 "$OUT/baseline.log"; echo
+  pipeline_and_check
   ;;
 features)
   $FL bench features --profile gpu --set paths.root=/tmp/fl --work /tmp/bench --results "$OUT" --json > "$OUT/bench_features.log" 2>&1
@@ -58,13 +61,7 @@ features-cpu)
   python3 -c "import json; r=json.load(open('$OUT/features.json')); print({k: r.get(k) for k in ('rows','gpu_vs_pandas','gpu_vs_dask_cpu','dask_cpu_vs_pandas','from_previous_run')}, r['pandas'], r['dask_cpu'])"
   rm -rf /tmp/bench/features/out-*
   [ "${RUN_PIPELINE:-0}" = 1 ] || exit 0
-  python3 -c "from pathlib import Path; from tasks.core.bench_features import synthetic_lake as s; print(s(Path('/tmp/lake'), 'backbone/world', 3815*288*4))"
-  $FL run --profile gpu --from features --lake /tmp/lake --set paths.root=/tmp/fl --set train.epochs=8 --json > "$OUT/pipeline.log" 2>&1
-  echo "pipeline rc=$?"; tail -n 12 "$OUT/pipeline.log" | cut -c1-300
-  $FL check --profile gpu --set paths.root=/tmp/fl --set paths.bench_results=$PWD/bench/results --json > "$OUT/checklist.txt" 2>&1
-  echo "check rc=$?"; grep -E "^  (PASS|FAIL|WARN|NA)" "$OUT/checklist.txt" | cut -c1-220
-  cp /tmp/fl/store/checklists/*/checklist.* "$OUT/" 2>/dev/null
-  F=$(ls -d /tmp/fl/store/features/*/ | head -1); cp "$F/_manifest.json" "$OUT/features_manifest.json"
+  pipeline_and_check
   ;;
 scaling)
   FAULTLINE_FORCE_CPU=1 $FL bench scaling --profile local --max-workers ${MAXW:-8} --set paths.root=/tmp/fl \
