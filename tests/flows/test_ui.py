@@ -88,14 +88,25 @@ def test_manual_run_from_the_custom_run_form(stack):
             name_box.fill(name)
             page.get_by_role("button", name="int", exact=True).click()  # days: None -> int
             page.locator("input[type=number]").fill("1")
-            page.get_by_role("button", name="Submit").click()
-            page.wait_for_url(f"**/deployments/deployment/{dep['id']}**", timeout=30_000)
+            # The form's own URL (".../deployment/<id>/run?...") already matches the deployment page's, so wait for
+            # the create request the Submit button sends, not for a navigation: closing the browser before that
+            # request left once, in CI, no run at all.
+            creates = f"/deployments/{dep['id']}/create_flow_run"
+            with page.expect_response(
+                lambda r: r.url.endswith(creates) and r.request.method == "POST", timeout=60_000
+            ) as response:
+                page.get_by_role("button", name="Submit").click()
+            assert response.value.ok, (response.value.status, response.value.text())
+            created = response.value.json()
+            page.wait_for_url(lambda url: "/run?" not in url, timeout=30_000)
             page.screenshot(path=str(Path(stack.home) / "submitted.png"))
         finally:
             browser.close()
+    assert created["name"] == name, created["name"]
     by_name = {"flow_runs": {"name": {"any_": [name]}}}
-    (created,) = wait_for(lambda: api(stack, "/flow_runs/filter", by_name), 30, f"flow run {name}")
+    (listed,) = wait_for(lambda: api(stack, "/flow_runs/filter", by_name), 30, f"flow run {name}")
     run_id = created["id"]
+    assert listed["id"] == run_id
 
     run = wait_for(
         lambda: (r := api(stack, f"/flow_runs/{run_id}"))["state_type"] in FINAL and r,
