@@ -55,7 +55,7 @@ features-gpu)
 features-cpu)
   # call B: the CPU baselines of the same bench on the same lake (merged with call A's GPU parts), then the
   # pipeline on the gpu profile from features and the checklist on it
-  $FL bench features --parts pandas,dask --pandas-budget ${PANDAS_BUDGET:-150} --profile gpu --set paths.root=/tmp/fl --work /tmp/bench --results /tmp/benchres --json > "$OUT/bench_cpu.log" 2>&1
+  $FL bench features --parts pandas,dask ${PANDAS_BUDGET:+--pandas-budget $PANDAS_BUDGET} --profile gpu --set paths.root=/tmp/fl --work /tmp/bench --results /tmp/benchres --json > "$OUT/bench_cpu.log" 2>&1
   echo "bench cpu rc=$?"; grep -v "^{" "$OUT/bench_cpu.log" | grep -v WARN | tail -n 6 | cut -c1-300
   cp /tmp/benchres/features.json "$OUT/features.json" 2>/dev/null
   python3 -c "import json; r=json.load(open('$OUT/features.json')); print({k: r.get(k) for k in ('rows','gpu_vs_pandas','gpu_vs_dask_cpu','dask_cpu_vs_pandas','from_previous_run')}, r['pandas'], r['dask_cpu'])"

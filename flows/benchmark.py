@@ -145,7 +145,7 @@ def stage_bench_task(cfg: FaultlineConfig, suite: str, size: str, work: Path, op
             work / "train", cfg.train, opts.get("topology") or cfg.workload.topology, opts.get("times") or 2016
         )
     elif suite == "features":
-        from tasks.core.bench_features import bench_features
+        from tasks.core.bench_features import PANDAS_BUDGET_S, bench_features
 
         last = Path(cfg.paths.bench_results) / "features.json"
         res = bench_features(
@@ -153,7 +153,7 @@ def stage_bench_task(cfg: FaultlineConfig, suite: str, size: str, work: Path, op
             cfg.features,
             opts.get("rows"),
             opts.get("lake"),
-            pandas_budget_s=opts.get("pandas_budget_s") or 150.0,
+            pandas_budget_s=opts.get("pandas_budget_s") or PANDAS_BUDGET_S,
             parts=tuple(opts["parts"].split(",")) if opts.get("parts") else None,
             previous=json.loads(last.read_text()) if last.is_file() else None,
         )

@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rows", type=int, default=None, help="KPI rows (features)")
     b.add_argument("--lake", help="an existing ingest output to grow the features input from (features)")
     b.add_argument("--parts", help="features: a subset of pandas,dask,gpu,kernels (the rest from the last report)")
-    b.add_argument("--pandas-budget", type=float, help="features: seconds of pandas before extrapolating (150)")
+    b.add_argument("--pandas-budget", type=float, help="features: seconds of pandas, the rest extrapolated")
     b.add_argument("--profile", default="local")
     b.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     b.add_argument("--size-gb", type=float, default=None, help="raw input size (ingest; default 1.0)")

@@ -252,6 +252,7 @@ def kernel_bandwidth(rows: int, cfg: FeaturesConfig, elements: int = 3815, repea
 
 
 PARTS = ("pandas", "dask", "gpu", "kernels")
+PANDAS_BUDGET_S = 150.0  # seconds of pandas in one process before the rest is extrapolated
 
 
 def bench_features(
@@ -259,7 +260,7 @@ def bench_features(
     cfg: FeaturesConfig,
     rows: int | None,
     lake: str | None,
-    pandas_budget_s: float = 150.0,
+    pandas_budget_s: float = PANDAS_BUDGET_S,
     topology: str = "backbone/world",
     keep_outputs: bool = False,
     parts: tuple[str, ...] | None = None,
