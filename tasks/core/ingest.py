@@ -38,9 +38,11 @@ def split_rows(df, rules: list[Rule], key: tuple[str, ...]):
     flagged = flag_rows(df, rules)
     bad = F.greatest(*[F.col(c) for c in reasons]) if len(reasons) > 1 else F.col(reasons[0])
     flagged = flagged.withColumn("_bad", bad)
-    w = Window.partitionBy(*key).orderBy(F.col("_source_file").desc(), F.col("_seq").desc())
-    ranked = flagged.withColumn("_rank", F.when(~F.col("_bad"), F.row_number().over(w)).otherwise(F.lit(None)))
-    ranked = ranked.withColumn("duplicate", F.coalesce(F.col("_rank") > 1, F.lit(False)))
+    # Rows that pass every rule sort first, so the winner is chosen among them alone: a dirty re-send of a
+    # sample (or a broken line that parsed a key) never outranks, and so never displaces, a clean copy.
+    w = Window.partitionBy(*key).orderBy(F.col("_bad").asc(), F.col("_source_file").desc(), F.col("_seq").desc())
+    ranked = flagged.withColumn("_rank", F.row_number().over(w))
+    ranked = ranked.withColumn("duplicate", ~F.col("_bad") & (F.col("_rank") > 1))
     reasons.append("duplicate")
     reason_list = F.concat_ws(",", *[F.when(F.col(c), F.lit(c)) for c in reasons])
     quarantine = ranked.filter(F.col("_bad") | F.col("duplicate")).withColumn("reasons", reason_list)
