@@ -38,7 +38,7 @@ def test_dirty_resends_never_displace_clean_samples(spark, tmp_path):
     raw = tmp_path / "raw"
     simulate("topozoo/Abilene", 2, 5, raw, dirt=0.05)  # the simulator's own dirt kinds mixed in
     day1, day2 = sorted((raw / "kpi").glob("kpi_*.csv"))
-    dirt = pd.concat(pd.read_csv(p, dtype=str) for p in sorted((raw / "dirt").glob("*.csv")))
+    dirt = pd.concat(pd.read_csv(p, dtype=str, keep_default_na=False) for p in sorted((raw / "dirt").glob("*.csv")))
     touched = set(zip(dirt["timestamp"], dirt["element_id"]))
     candidates = [(k, r) for k, r in _clean_rows(day1).items() if k not in touched]
     picks = candidates[:: max(1, len(candidates) // 12)][:10]
