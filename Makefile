@@ -1,29 +1,27 @@
 # Faultline: `make demo` runs the pipeline end to end; `make test` runs the suite. Both set up first.
+# On a GPU host (detected, or PROFILE=gpu) setup installs the gpu extra, Horovod with NCCL, Spark's Java runtime
+# and the RAPIDS Accelerator jar; `make bundle BUNDLE=dir [TARGET=...]` + `make setup BUNDLE=dir` install offline.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.faultline-setup
+PROFILE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo local)
 export FAULTLINE_CACHE ?= $(HOME)/.cache/faultline
 
-.PHONY: setup demo test lint ui browser-deps bench clean
+.PHONY: setup bundle demo test lint ui browser-deps bench clean
 
-setup: $(STAMP)
+# Idempotent and cached: a second run does nothing; a fresh clone installs from ~/.cache/faultline (no download).
+setup:
+	$(PYTHON) -m deployments.setup install --venv $(VENV) $(if $(BUNDLE),--bundle $(BUNDLE))
 
-# Idempotent: a second run does nothing; a fresh clone reuses pip's cache and the cached Horovod wheel.
-$(STAMP): requirements.lock pyproject.toml deployments/setup/build_horovod.sh
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip==25.3 wheel setuptools
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
-	wheel=$$(bash deployments/setup/build_horovod.sh $(PY)) && \
-	  $(PY) -m pip install -q --disable-pip-version-check --no-deps "$$wheel"
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-	@touch $(STAMP)
+bundle:
+	@test -n "$(BUNDLE)" || { echo "usage: make bundle BUNDLE=<dir> [TARGET=host|cpu-py311|cpu-py312|cu13-py312]"; exit 2; }
+	$(PYTHON) -m deployments.setup bundle --out $(BUNDLE) --target $(or $(TARGET),host) $(if $(NOJAR),--no-jar)
 
 demo: setup
-	$(VENV)/bin/faultline run --profile local
+	$(VENV)/bin/faultline run --profile $(PROFILE)
 
-test: setup browser-deps
+test: setup browser-deps lint
 	$(PY) -m pytest tests
 
 lint: setup
@@ -34,12 +32,12 @@ lint: setup
 ui: setup
 	$(PY) -m deployments.stack up --port $${PORT:-4200}
 
-# The browser tests drive Debian's Chromium (no Playwright browser download).
+# The browser tests drive Debian's Chromium (no Playwright browser download); an offline host skips them.
 browser-deps:
-	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@test -x /usr/bin/chromium || test -n "$(BUNDLE)" || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 bench: setup
-	$(VENV)/bin/faultline bench all
+	$(VENV)/bin/faultline bench all --profile $(PROFILE)
 
 clean:
 	rm -rf .faultline

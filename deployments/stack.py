@@ -9,21 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from tasks.core.ports import free_port  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 POOLS = ("faultline-cpu", "faultline-gpu")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stack:

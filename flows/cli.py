@@ -1,12 +1,14 @@
-"""``faultline``: simulate, run the pipeline, and (later subcommands) check, doctor, bench.
+"""``faultline``: simulate, run the pipeline, check a run, doctor the machine, benchmark.
 
-Exit codes: 0 success, 2 input data rejected (or a bad config), 1 anything else.
+Every command goes through the same Prefect flows the UI's deployments run. Exit codes: 0 success, 2 input
+data or a bad config / argument rejected (never retried), 1 anything else.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -14,44 +16,32 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_REJECTED = 0, 1, 2
-STAGE_CHOICES = ("validate", "ingest", "features", "train", "evaluate")
+PROFILES = ("local", "gpu", "dgx")
+STAGES = ("validate", "ingest", "features", "train", "evaluate")
 
 
 def _print_json(obj: dict[str, Any]) -> None:
     print(json.dumps(obj, default=str), flush=True)
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def _rejected(exc: Exception, args: argparse.Namespace, **extra: Any) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    if getattr(args, "json", False):
+        _print_json({"status": "rejected", "error": str(exc), **extra})
+    return EXIT_REJECTED
 
-    from tasks.core.simulate import simulate
-    from tasks.core.topology import TopologyError
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from flows.simulate import simulate_workload
+    from tasks.core.errors import ConfigError
 
     try:
-        with tqdm(total=args.days, desc=f"simulate {args.topology}", unit="day") as bar:
-            s = simulate(
-                args.topology,
-                args.days,
-                args.seed,
-                Path(args.out),
-                args.dirt,
-                args.start,
-                progress=lambda d, n: bar.update(1),
-            )
-    except TopologyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_REJECTED
-    out = {
-        "out": str(s.out),
-        "topology": s.topology,
-        "elements": s.elements,
-        "days": s.days,
-        "kpi_rows": s.kpi_rows,
-        "alarm_rows": s.alarm_rows,
-        "faults": s.faults,
-        "dirt": s.dirt,
-    }
-    _print_json(out) if args.json else print(json.dumps(out, indent=1))
+        out = simulate_workload(
+            topology=args.topology, days=args.days, seed=args.seed, dirt=args.dirt, start=args.start, out=args.out
+        )
+    except ConfigError as exc:
+        return _rejected(exc, args)
+    _print_json(out) if args.json else print(json.dumps(out, indent=1, default=str))
     return EXIT_OK
 
 
@@ -83,22 +73,23 @@ def _human_summary(s: dict[str, Any], wall: float) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flows.pipeline import fault_prediction_pipeline
-    from tasks.core.config import ConfigError, load_config
-    from tasks.core.errors import DataRejected
+    from tasks.core.config import load_config, run_overrides, stage_plan
+    from tasks.core.errors import ConfigError, DataRejected
 
-    try:
-        load_config(args.profile, args.set)  # fail fast, before any engine starts
+    overrides = run_overrides(args.topology, args.days, args.set)
+    try:  # the flow's own first checks, run before its start-up so a bad request costs no engine
+        load_config(args.profile, overrides)
+        stage_plan(args.start_from, args.until, args.lake)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if args.json:
-            _print_json({"status": "rejected", "error": str(exc)})
-        return EXIT_REJECTED
+        return _rejected(exc, args)
+    from flows.pipeline import fault_prediction_pipeline
+
+    _announce_api()
     started = time.time()
     try:
         summary = fault_prediction_pipeline(
             profile=args.profile,
-            overrides=list(args.set or []),
+            overrides=overrides,
             raw=args.raw,
             lake=args.lake,
             start_from=args.start_from,
@@ -111,6 +102,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({"status": "rejected", "error": str(exc), "file": exc.file, "column": exc.column})
         return EXIT_REJECTED
+    except ConfigError as exc:
+        return _rejected(exc, args)
     except Exception as exc:
         print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         if args.json:
@@ -120,6 +113,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(summary)
     return EXIT_OK if summary["status"] == "completed" else EXIT_FAIL
+
+
+def _announce_api() -> None:
+    url = os.environ.get("PREFECT_API_URL")
+    where = (
+        f"the Prefect server at {url}" if url else "a temporary Prefect API (set PREFECT_API_URL to use `make ui`'s)"
+    )
+    print(f"flow runs are recorded in {where}", file=sys.stderr)
 
 
 def _print_checks(report: dict[str, Any], title: str) -> None:
@@ -133,20 +134,23 @@ def _print_checks(report: dict[str, Any], title: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from tasks.core.checklist.evidence import pipeline_run_id
+    from tasks.core.config import load_config
+    from tasks.core.errors import ConfigError
+
+    try:  # the flow's first question, asked before its start-up: a bad profile, key or run id costs seconds
+        run_id = pipeline_run_id(load_config(args.profile, args.set), args.run)
+    except ConfigError as exc:
+        return _check_rejected(exc, args)
     from flows.checklist import presubmit_checklist
-    from tasks.core.checklist import public
-    from tasks.core.config import ConfigError
-    from tasks.core.evidence import RunNotFound
+    from tasks.core.checklist.report import public
 
     try:
         report = presubmit_checklist(
-            run_id=args.run, profile=args.profile, overrides=list(args.set or []), probe_nccl=not args.no_probe
+            run_id=run_id, profile=args.profile, overrides=list(args.set or []), probe_nccl=not args.no_probe
         )
-    except (RunNotFound, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if args.json:
-            _print_json({"verdict": "fail", "run_id": args.run, "error": str(exc), "checks": []})
-        return EXIT_FAIL
+    except ConfigError as exc:
+        return _check_rejected(exc, args)
     _print_checks(report, "Pre-submission checklist")
     print(f"reports: {report['files']['markdown']}  {report['files']['json']}")
     if args.json:
@@ -154,54 +158,64 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from tasks.core.checklist import evaluate, public
-    from tasks.core.doctor import DOCTOR_CHECKS, gather
+def _check_rejected(exc: Exception, args: argparse.Namespace) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    if args.json:
+        _print_json({"verdict": "fail", "run_id": args.run, "error": str(exc), "checks": []})
+    return EXIT_REJECTED
 
-    report = evaluate(gather(), DOCTOR_CHECKS)
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from flows.checklist import environment_doctor
+    from tasks.core.checklist.report import public
+
+    report = environment_doctor()
     _print_checks(report, "Environment doctor")
     if args.json:
         _print_json(public(report))
     return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
 
 
+def _bench_overrides(args: argparse.Namespace) -> list[str]:
+    """The benchmark flags are config keys (``bench.*``), set like any other override."""
+    out = list(args.set or [])
+    flags = {
+        "bench.size": args.size,
+        "bench.max_workers": args.max_workers,
+        "bench.pandas_budget_s": args.pandas_budget,
+        "bench.work": args.work,
+        "paths.bench_results": args.results,
+        f"bench.{args.size}.rows": args.rows,
+        f"bench.{args.size}.times": args.times,
+        f"bench.{args.size}.size_gb": args.size_gb,
+        "workload.topology": args.topology,
+    }
+    return out + [f"{k}={v}" for k, v in flags.items() if v is not None]
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from flows.benchmark import benchmark
+    from tasks.core.config import load_config
+    from tasks.core.errors import ConfigError
 
-    overrides = list(args.set or [])
-    if args.results:
-        overrides.append(f"paths.bench_results={args.results}")
-    opts = {
-        "size_gb": args.size_gb,
-        "times": args.times,
-        "topology": args.topology,
-        "rows": args.rows,
-        "lake": args.lake,
-        "parts": args.parts,
-        "pandas_budget_s": args.pandas_budget,
-    }
+    overrides = _bench_overrides(args)
+    try:
+        cfg = load_config(args.profile, overrides)
+    except ConfigError as exc:
+        return _rejected(exc, args)
     suites = ["baseline", "scaling"] if args.what == "all" else [args.what]
-    out = benchmark(
-        suites=suites,
-        profile=args.profile,
-        overrides=overrides,
-        size=args.size,
-        max_workers=args.max_workers,
-        work=args.work,
-        options=opts,
-    )
+    parts = args.parts.split(",") if args.parts else None
+    out = benchmark(suites=suites, profile=args.profile, overrides=overrides, parts=parts)
     for name, result in out.items():
         if not args.json:
             print(json.dumps({k: v for k, v in result.items() if k not in ("hardware", "runs")}, indent=1, default=str))
-        print(f"wrote {Path(args.results or 'bench/results') / (name + '.json')}", file=sys.stderr)
+        print(f"wrote {Path(cfg.paths.bench_results) / (name + '.json')}", file=sys.stderr)
     if args.json:
         _print_json(out[suites[-1]] if len(suites) == 1 else out)
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="faultline", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+def _simulate_parser(sub) -> None:
     s = sub.add_parser("simulate", help="write simulated NMS exports over a real topology")
     s.add_argument("--topology", default="topozoo/Geant2012", help="topohub key, e.g. topozoo/Abilene")
     s.add_argument("--days", type=int, default=7)
@@ -211,22 +225,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_simulate)
+
+
+def _run_parser(sub) -> None:
     r = sub.add_parser("run", help="run the pipeline flow")
-    r.add_argument("--profile", default="local")
+    r.add_argument("--profile", default="local", choices=PROFILES)
+    r.add_argument("--topology", help="topohub key of the simulated network (default: the profile's)")
+    r.add_argument("--days", type=int, help="days of simulated telemetry (default: the profile's)")
     r.add_argument("--raw", help="raw exports directory (default: simulate the profile's workload)")
-    r.add_argument(
-        "--from", dest="start_from", default="validate", choices=["validate", "ingest", "features", "train", "evaluate"]
-    )
+    r.add_argument("--from", dest="start_from", default="validate", choices=STAGES)
     r.add_argument("--lake", help="existing ingest output (with --from features)")
-    r.add_argument("--until", default="evaluate", choices=["validate", "ingest", "features", "train", "evaluate"])
+    r.add_argument("--until", default="evaluate", choices=STAGES)
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    r.add_argument("--force", action="store_true", help="recompute every stage")
-    r.add_argument("--refresh", action="append", choices=list(STAGE_CHOICES), help="recompute this stage (repeatable)")
+    r.add_argument("--force", action="store_true", help="recompute every stage (training from scratch)")
+    r.add_argument("--refresh", action="append", choices=STAGES, help="recompute this stage (repeatable)")
     r.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     r.set_defaults(func=cmd_run)
+
+
+def _check_parser(sub) -> None:
     c = sub.add_parser("check", help="pre-submission checklist of a pipeline run (exit 1 when a check fails)")
-    c.add_argument("--run", help="MLflow run id (default: the latest pipeline run)")
-    c.add_argument("--profile", default="local")
+    c.add_argument("--run", help="MLflow run id or Prefect flow run id (default: the latest pipeline run)")
+    c.add_argument("--profile", default="local", choices=PROFILES)
     c.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     c.add_argument("--no-probe", action="store_true", help="skip the live NCCL pairwise probe")
     c.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
@@ -234,30 +254,49 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="environment checks, runnable before any pipeline run")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_doctor)
+
+
+def _bench_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
-    b.add_argument("what", choices=["all", "baseline", "scaling", "ingest", "train", "features"])
+    b.add_argument("what", choices=["all", "baseline", "scaling", "ingest", "train", "features", "e2e"])
     b.add_argument("--size", choices=["small", "full"], default="full", help="small: a quick test of the flow")
     b.add_argument("--max-workers", type=int, help="scaling: up to N workers (default: the profile's)")
     b.add_argument("--topology", help="topohub key (train): default the profile's workload topology")
-    b.add_argument("--times", type=int, default=None, help="snapshots of synthetic data (train; default 2016)")
-    b.add_argument("--rows", type=int, default=None, help="KPI rows (features)")
-    b.add_argument("--lake", help="an existing ingest output to grow the features input from (features)")
-    b.add_argument("--parts", help="features: a subset of pandas,dask,gpu,kernels (the rest from the last report)")
+    b.add_argument("--times", type=int, help="snapshots of synthetic data (train)")
+    b.add_argument("--rows", type=int, help="KPI rows (features)")
+    b.add_argument("--parts", help="features: a subset of pandas,dask,gpu,kernels")
     b.add_argument("--pandas-budget", type=float, help="features: seconds of pandas, the rest extrapolated")
-    b.add_argument("--profile", default="local")
+    b.add_argument("--profile", default="local", choices=PROFILES)
     b.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    b.add_argument("--size-gb", type=float, default=None, help="raw input size (ingest; default 1.0)")
-    b.add_argument("--work", default=".faultline/bench", help="scratch directory (inputs are reused)")
-    b.add_argument("--results", default=None, help="where the JSON goes (default: paths.bench_results)")
+    b.add_argument("--size-gb", type=float, help="raw input size (ingest)")
+    b.add_argument("--work", help="scratch directory (inputs are reused)")
+    b.add_argument("--results", help="where the JSON goes (default: paths.bench_results)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="faultline", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more output (-v: Prefect, -vv: engines too)")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (_simulate_parser, _run_parser, _check_parser, _bench_parser):
+        add(sub)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+def _quiet(verbose: int) -> None:
+    """The CLI shows its own progress and summary; engine chatter (Dask, Spark, Prefect INFO) only with -v."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if verbose < 2:
+        for name in ("distributed", "dask", "py4j", "great_expectations", "mlflow", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+
+
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet(args.verbose)
     return args.func(args)
 
 

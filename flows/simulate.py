@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from prefect import flow
-from pydantic import Field
 
-from tasks.common import store_root
 from tasks.core.config import load_config
+from tasks.runner import store_root
 from tasks.simulate import simulate_task
 
 
 @flow(name="simulate_workload", log_prints=True)
 def simulate_workload(
     topology: str = "topozoo/Geant2012",
-    days: Annotated[int, Field(ge=1)] = 7,
+    days: int = 7,
     seed: int = 7,
-    dirt: Annotated[float, Field(ge=0, le=0.5)] = 0.01,
+    dirt: float = 0.01,
+    start: str = "2026-01-05",
+    out: str | None = None,
     profile: str = "local",
 ) -> dict[str, Any]:
     """Simulated NMS exports over a real topology, with dirt and its ledger.
@@ -27,12 +28,14 @@ def simulate_workload(
         days: days of 5-minute telemetry.
         seed: the simulator seed.
         dirt: the fraction of rows made dirty (each recorded in the dirt ledger).
+        start: the first day (UTC), YYYY-MM-DD.
+        out: a directory for the exports; default: the profile's store (content-addressed, reused).
         profile: the profile whose store receives the exports.
     """
-    cfg = load_config(
-        profile,
-        [f"workload.topology={topology}", f"workload.days={days}", f"workload.seed={seed}", f"workload.dirt={dirt}"],
-    )
-    raw = simulate_task(cfg.workload, store_root(cfg.paths.root))
+    sets = {"topology": topology, "days": days, "seed": seed, "dirt": dirt, "start": start}
+    cfg = load_config(profile, [f"workload.{k}={v}" for k, v in sets.items()])
+    result = simulate_task(cfg.workload, store_root(cfg.paths.root), out)
+    body = result if isinstance(result, dict) else result.manifest
+    raw = out or str(result.path)
     print(f"exports in {raw}")
-    return {"raw": raw, "topology": topology, "days": days}
+    return {"out": raw, "topology": topology, "days": days, **{k: body.get(k) for k in ("rows_out", "faults", "dirt")}}

@@ -1,40 +1,28 @@
-"""Simulate the default workload (content-addressed: the same workload is generated once)."""
+"""Simulate a workload: content-addressed in the store (the same workload is generated once), or into a
+directory the user names."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from prefect import task
 from tqdm import tqdm
 
-from tasks.common import TASK_OPTIONS
 from tasks.core.config import WorkloadConfig
-from tasks.core.simulate import simulate
-from tasks.core.store import code_version, completed, fingerprint, publish_manifest, staging
+from tasks.core.stages.simulate import simulate_stage
+from tasks.core.store import StageResult, run_stage, staging_into
+from tasks.runner import TASK_OPTIONS, finish_stage
+
+
+def _compute(cfg: WorkloadConfig, out: Path) -> dict:
+    with tqdm(total=cfg.days, desc=f"simulate {cfg.topology}", unit="day") as bar:
+        return simulate_stage(cfg, out, progress=lambda d, n: bar.update(1))
 
 
 @task(name="simulate", **TASK_OPTIONS)
-def simulate_task(cfg: WorkloadConfig, root: Path) -> str:
-    fp = fingerprint("simulate", cfg.model_dump(mode="json"), code_version())
-    done = completed(root, "raw", fp)
-    if done:
-        return str(done.path)
-    with staging(root, "raw", fp) as tmp:
-        t0 = time.perf_counter()
-        with tqdm(total=cfg.days, desc=f"simulate {cfg.topology}", unit="day") as bar:
-            s = simulate(
-                cfg.topology, cfg.days, cfg.seed, tmp, cfg.dirt, cfg.start, progress=lambda d, n: bar.update(1)
-            )
-        publish_manifest(
-            tmp,
-            {
-                "stage": "simulate",
-                "workload": cfg.model_dump(mode="json"),
-                "rows_out": s.kpi_rows,
-                "alarm_lines": s.alarm_rows,
-                "faults": s.faults,
-                "seconds": round(time.perf_counter() - t0, 3),
-            },
-        )
-    return str(root / "raw" / fp)
+def simulate_task(cfg: WorkloadConfig, root: Path, out: str | None = None) -> StageResult | dict:
+    """Exports under ``<store>/raw/<fingerprint>`` (reused when present), or into ``out`` when given."""
+    if out:
+        with staging_into(Path(out)) as tmp:
+            return _compute(cfg, tmp)
+    return finish_stage(run_stage(root, "raw", {}, cfg, lambda tmp: _compute(cfg, tmp)))

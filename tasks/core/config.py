@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .errors import ConfigError
+
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "deployments" / "profiles"
+PROFILES = ("local", "gpu", "dgx")
+STAGES = ("validate", "ingest", "features", "train", "evaluate")
 
-
-class ConfigError(ValueError):
-    """A profile or override that does not describe a valid run."""
+__all__ = ["ConfigError", "FaultlineConfig", "load_config", "flatten", "PROFILES", "STAGES"]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class WorkloadConfig(_Section):
@@ -26,7 +29,17 @@ class WorkloadConfig(_Section):
     days: int = Field(7, ge=1, le=366, description="days of 5-minute telemetry")
     seed: int = Field(7, description="simulator seed")
     dirt: float = Field(0.0, ge=0.0, le=0.5, description="fraction of rows made dirty")
-    start: str = Field("2026-01-05", description="first day (UTC), YYYY-MM-DD")
+    start: date = Field(date(2026, 1, 5), description="first day (UTC), YYYY-MM-DD")
+
+    @field_validator("topology")
+    @classmethod
+    def _known_topology(cls, v: str) -> str:
+        from tasks.core.topology import check_topology_key
+
+        try:
+            return check_topology_key(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class PathsConfig(_Section):
@@ -69,6 +82,9 @@ class FeaturesConfig(_Section):
     windows: tuple[int, ...] = (3, 12, 36)
     kpis: tuple[str, ...] = ("cpu_util", "temperature_c", "latency_ms", "packet_loss_pct", "if_errors")
     horizon_minutes: int = Field(60, ge=5)
+    store_dtype: Literal["float32", "float64"] = Field(
+        "float32", description="stored feature columns (computed in float64; the model consumes float32)"
+    )
 
     @field_validator("windows")
     @classmethod
@@ -102,6 +118,35 @@ class EvaluateConfig(_Section):
     model_name: str = "faultline-fault-gnn"
 
 
+class BenchSize(_Section):
+    """One benchmark size: the inputs each benchmark generates (overridable, e.g. bench.full.rows=50000000)."""
+
+    topology: str = Field(description="topohub key of the features and scaling lakes")
+    days: int = Field(ge=1, description="scaling: days of the features lake per worker")
+    times: int = Field(ge=16, description="train: snapshots of synthetic training data")
+    rows: int = Field(ge=1000, description="features: KPI rows of the benchmark lake")
+    size_gb: float = Field(gt=0, description="ingest: GB of raw KPI exports")
+    train_epochs: int = Field(ge=2, description="scaling: training epochs (the first is warm-up)")
+    train_hidden: int | None = Field(None, ge=4, description="scaling: model width (None: the profile's)")
+
+
+class BenchConfig(_Section):
+    size: Literal["small", "full"] = Field("full", description="small: a quick test of the flow; full: figures")
+    small: BenchSize = BenchSize(
+        topology="topozoo/Abilene", days=1, times=160, rows=200_000, size_gb=0.05, train_epochs=4, train_hidden=8
+    )
+    full: BenchSize = BenchSize(
+        topology="topozoo/Geant2012", days=8, times=1008, rows=5_000_000, size_gb=1.0, train_epochs=6
+    )
+    max_workers: int | None = Field(None, ge=1, description="scaling: up to N workers (None: the profile's)")
+    pandas_budget_s: float = Field(150.0, gt=0, description="features: seconds of pandas before extrapolating")
+    work: str = Field(".faultline/bench", description="scratch directory (generated inputs are reused)")
+
+    @property
+    def sized(self) -> BenchSize:
+        return self.small if self.size == "small" else self.full
+
+
 class FaultlineConfig(_Section):
     profile: str = "local"
     workload: WorkloadConfig = WorkloadConfig()
@@ -112,8 +157,9 @@ class FaultlineConfig(_Section):
     features: FeaturesConfig = FeaturesConfig()
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    bench: BenchConfig = BenchConfig()
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
     def section(self, name: str) -> dict[str, Any]:
         """One section as plain JSON-able data (what a stage's fingerprint covers)."""
@@ -124,29 +170,50 @@ class FaultlineConfig(_Section):
 
     def flat(self) -> dict[str, str]:
         """Flattened ``section.key`` -> value, for MLflow params."""
-        out: dict[str, str] = {}
-        for sec, body in self.as_dict().items():
-            if isinstance(body, dict):
-                for k, v in body.items():
-                    out[f"{sec}.{k}"] = v if isinstance(v, str) else json.dumps(v)
-            else:
-                out[sec] = str(body)
-        return out
+        return flatten(self.as_dict())
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"train": {"epochs": 3}, "bench": {"full": {"rows": 5}}}`` -> ``{"train.epochs": "3",
+    "bench.full.rows": "5"}``: the MLflow param keys of a config (strings as they are, the rest as JSON)."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value if isinstance(value, str) else json.dumps(value)
+    return out
 
 
 def parse_overrides(items: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
-    """``["train.epochs=3", "workload.topology=topozoo/Abilene"]`` -> nested dict (values parsed as YAML)."""
+    """``["train.epochs=3", "bench.full.rows=1e6"]`` -> nested dict (values parsed as YAML)."""
     nested: dict[str, Any] = {}
     for item in items or ():
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected section.key=value")
         key, raw = item.split("=", 1)
         parts = key.strip().split(".")
-        if len(parts) != 2 or not all(parts):
+        if len(parts) < 2 or not all(parts):
             raise ConfigError(f"override {item!r}: key must be section.key (e.g. train.epochs=3)")
         value = yaml.safe_load(raw) if raw.strip() else ""
-        nested.setdefault(parts[0], {})[parts[1]] = value
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part} is set both as a value and as a section")
+        node[parts[-1]] = value
     return nested
+
+
+def run_overrides(topology: str | None = None, days: int | None = None, extra: list[str] | None = None) -> list[str]:
+    """The flow's and CLI's shortcuts (``topology``, ``days``) as the overrides they stand for."""
+    out = list(extra or [])
+    if topology:
+        out.append(f"workload.topology={topology}")
+    if days:
+        out.append(f"workload.days={days}")
+    return out
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -185,8 +252,23 @@ def load_config(
     if os.environ.get("FAULTLINE_ROOT"):  # where a worker's flow runs keep their store (before overrides)
         data.setdefault("paths", {})["root"] = os.environ["FAULTLINE_ROOT"]
     extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
-    merged = _merge(data, extra)
+    defaults = FaultlineConfig().model_dump(mode="json", by_alias=True)  # so a nested override keeps its siblings
+    merged = _merge(_merge(defaults, data), extra)
     try:
         return FaultlineConfig.model_validate(merged)
     except ValidationError as err:
         raise ConfigError(_format_errors(err, f"{path.name} + overrides")) from None
+
+
+def stage_plan(start_from: str, until: str, lake: str | None = None) -> tuple[str, ...]:
+    """The stages a run executes, in order; rejects an impossible request before anything starts."""
+    if start_from not in STAGES or until not in STAGES:
+        raise ConfigError(f"stages are {', '.join(STAGES)}; got start_from={start_from!r}, until={until!r}")
+    first, last = STAGES.index(start_from), STAGES.index(until)
+    if first > last:
+        raise ConfigError(f"start_from={start_from} comes after until={until}")
+    if first >= STAGES.index("features") and not lake:
+        raise ConfigError(f"start_from={start_from} needs lake=<an ingest output directory> (--lake)")
+    if lake and not (Path(lake) / "kpi").is_dir():
+        raise ConfigError(f"lake={lake!r} is not an ingest output: expected a directory with kpi/ and alarms/")
+    return STAGES[first : last + 1]

@@ -9,18 +9,31 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from tasks.core.ports import free_port
+
 
 # ---------------------------------------------------------------- pairwise bandwidth
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _one_pair(dist, buf, rank: int, src: int, dst: int, iters: int, sync) -> float:
+    """Seconds for ``iters`` sends of ``buf`` from ``src`` to ``dst`` after one warm-up send (on every rank)."""
+    dist.barrier()
+    seconds = 0.0
+    for n in (1, iters):  # the first pass warms the link up and is not timed
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if rank == src:
+                dist.send(buf, dst)
+            elif rank == dst:
+                dist.recv(buf, src)
+        sync()
+        seconds = time.perf_counter() - t0
+    return seconds
 
 
 def _pairwise_worker(rank: int, world: int, port: int, backend: str, nbytes: int, iters: int, out: str) -> None:
@@ -32,27 +45,15 @@ def _pairwise_worker(rank: int, world: int, port: int, backend: str, nbytes: int
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
+    sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
     buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     matrix = torch.zeros(world, world, dtype=torch.float64)
     for src in range(world):
         for dst in range(world):
-            if src == dst:
-                continue
-            dist.barrier()
-            for warm in (True, False):
-                if backend == "nccl":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(1 if warm else iters):
-                    if rank == src:
-                        dist.send(buf, dst)
-                    elif rank == dst:
-                        dist.recv(buf, src)
-                if backend == "nccl":
-                    torch.cuda.synchronize()
-                dt = time.perf_counter() - t0
-            if rank == dst:
-                matrix[src, dst] = nbytes * iters / dt / 1e9
+            if src != dst:
+                dt = _one_pair(dist, buf, rank, src, dst, iters, sync)
+                if rank == dst:
+                    matrix[src, dst] = nbytes * iters / dt / 1e9
     dist.all_reduce(matrix)  # each cell was written by exactly one rank (the receiver); others hold 0
     if rank == 0:
         torch.save(matrix, out)
@@ -71,7 +72,7 @@ def pairwise_bandwidth(world: int, backend: str = "nccl", size_mb: float = 64, i
     nbytes = int(size_mb * 2**20) // 4 * 4
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "matrix.pt")
-        mp.spawn(_pairwise_worker, args=(world, _free_port(), backend, nbytes, iters, out), nprocs=world, join=True)
+        mp.spawn(_pairwise_worker, args=(world, free_port(), backend, nbytes, iters, out), nprocs=world, join=True)
         matrix = torch.load(out).tolist()
     return {"backend": backend, "world": world, "bytes": nbytes, "iters": iters, "matrix_gbps": matrix}
 
@@ -122,16 +123,26 @@ def _run(cmd: list[str], timeout: int = 60) -> tuple[int, str]:
         return 127, str(exc)
 
 
+def java_home() -> str | None:
+    """The Java Spark uses: JAVA_HOME when the user set it, else the runtime ``make setup`` put in the virtual
+    environment (``<venv>/jre``, made with jlink), else None (then whatever ``java`` is on PATH)."""
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    jre = Path(sys.prefix) / "jre"
+    return str(jre) if (jre / "bin" / "java").is_file() else None
+
+
 def java_version() -> dict[str, Any]:
-    java = shutil.which("java") or (Path(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else None)
-    if not java:
+    home = java_home()
+    java = str(Path(home, "bin", "java")) if home else shutil.which("java")
+    if not java or not Path(java).exists():
         return {"found": False}
-    rc, out = _run([str(java), "-version"], 30)
+    rc, out = _run([java, "-version"], 30)
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     major = int(m.group(1)) if m else None
     if major == 1 and m and m.group(2):
         major = int(m.group(2))
-    return {"found": rc == 0, "path": str(java), "major": major, "text": out.splitlines()[0] if out else ""}
+    return {"found": rc == 0, "path": java, "major": major, "text": out.splitlines()[0] if out else ""}
 
 
 def parse_check_build(text: str) -> dict[str, Any]:

@@ -1,19 +1,26 @@
 """The one place that probes hardware and turns it into engine settings.
 
-GPU libraries are imported only inside functions, so every module imports on a CPU-only machine.
+``resolve_runtime`` runs once per flow run and returns one ``Runtime`` (training device, dataframe backend,
+Dask cluster spec, Spark conf, launcher environment) that the stages receive; nothing else probes hardware
+or reads environment switches. GPU libraries are imported only inside functions, so every module imports on
+a CPU-only machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .config import FeaturesConfig, IngestConfig, TrainConfig
+from .config import FaultlineConfig, FeaturesConfig, IngestConfig, TrainConfig
+from .errors import ConfigError
+from .probes import java_home
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,6 @@ def detect_hardware() -> Hardware:
 
     cpus = os.cpu_count() or 1
     mem = psutil.virtual_memory().total / 2**30
-    if os.environ.get("FAULTLINE_FORCE_CPU") == "1":
-        return Hardware(cpus, round(mem, 1), source="forced-cpu")
     gpus, driver, source, notes = _probe_nvml()
     if not gpus:
         gpus, driver, source = _probe_nvidia_smi()
@@ -161,7 +166,7 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
     return conf
 
 
-class RapidsJarMissing(FileNotFoundError):
+class RapidsJarMissing(ConfigError):
     pass
 
 
@@ -197,6 +202,9 @@ def spark_session(conf: dict[str, str]):
         return active
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    home = java_home()
+    if home:  # the project's own Java runtime (see make setup), unless JAVA_HOME says otherwise
+        os.environ["JAVA_HOME"] = home
     builder = SparkSession.builder
     for k, v in conf.items():
         builder = builder.config(k, v)
@@ -210,11 +218,11 @@ def effective_spark_conf(spark) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- Dask
-def dataframe_backend(cfg: FeaturesConfig) -> str:
+def dataframe_backend(cfg: FeaturesConfig, hw: Hardware) -> str:
     """``cudf`` on GPU profiles when cuDF imports, else ``pandas``."""
     if cfg.backend == "pandas":
         return "pandas"
-    if detect_hardware().gpus:
+    if hw.gpus:
         try:
             import cudf  # noqa: F401
             import dask_cudf  # noqa: F401
@@ -228,17 +236,13 @@ def dataframe_backend(cfg: FeaturesConfig) -> str:
     return "pandas"
 
 
-def dask_client(cfg: FeaturesConfig, backend: str):
-    """A Dask client: an existing scheduler, a LocalCUDACluster on GPUs, else a LocalCluster."""
-    from distributed import Client, LocalCluster
-
+def dask_spec(cfg: FeaturesConfig, backend: str, hw: Hardware) -> dict[str, Any]:
+    """The Dask cluster a stage gets: an existing scheduler, a LocalCUDACluster on GPUs, else a LocalCluster."""
     if cfg.scheduler_address:
-        return Client(cfg.scheduler_address)
+        return {"kind": "scheduler", "address": cfg.scheduler_address}
     if backend == "cudf" and cfg.cluster == "cuda":
-        from dask_cuda import LocalCUDACluster
-
         kwargs: dict[str, Any] = {
-            "n_workers": min(cfg.n_workers, detect_hardware().gpu_count) or 1,
+            "n_workers": min(cfg.n_workers, hw.gpu_count) or 1,
             "threads_per_worker": cfg.threads_per_worker,
             "protocol": cfg.protocol,
             "rmm_pool_size": cfg.rmm_pool_size,
@@ -247,27 +251,90 @@ def dask_client(cfg: FeaturesConfig, backend: str):
         }
         if cfg.protocol == "ucx":
             kwargs.update(enable_nvlink=True, enable_tcp_over_ucx=True)
-        return Client(LocalCUDACluster(**kwargs))
-    cluster = LocalCluster(
-        n_workers=cfg.n_workers,
-        threads_per_worker=cfg.threads_per_worker,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        memory_limit="auto",
-    )
-    return Client(cluster)
+        return {"kind": "cuda", "kwargs": kwargs}
+    kwargs = {
+        "n_workers": cfg.n_workers,
+        "threads_per_worker": cfg.threads_per_worker,
+        "processes": True,
+        "host": "127.0.0.1",
+        "dashboard_address": "127.0.0.1:0",
+        "memory_limit": "auto",
+    }
+    return {"kind": "local", "kwargs": kwargs}
+
+
+@contextlib.contextmanager
+def dask_cluster(spec: dict[str, Any]) -> Iterator[Any]:
+    """A client on the cluster ``spec`` describes; the cluster (when this process started it) is closed after."""
+    from distributed import Client, LocalCluster
+
+    if spec["kind"] == "scheduler":
+        cluster = None
+        client = Client(spec["address"])
+    elif spec["kind"] == "cuda":
+        from dask_cuda import LocalCUDACluster
+
+        cluster = LocalCUDACluster(**spec["kwargs"])
+        client = Client(cluster)
+    else:
+        cluster = LocalCluster(**spec["kwargs"])
+        client = Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 # ---------------------------------------------------------------- Training
-def train_device(cfg: TrainConfig) -> str:
+def train_device(cfg: TrainConfig, hw: Hardware) -> str:
     if cfg.device != "auto":
         return cfg.device
-    return "cuda" if detect_hardware().gpus else "cpu"
+    return "cuda" if hw.gpus else "cpu"
 
 
 def horovod_env(cfg: TrainConfig, device: str) -> dict[str, str]:
     env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(cfg.stall_timeout_s))}
-    if device == "cuda":
-        env["NCCL_NVLS_ENABLE"] = os.environ.get("NCCL_NVLS_ENABLE", "0")
+    if device == "cuda":  # NVLink multicast stays off (hosts shared with others; see README)
+        env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     return env
+
+
+def threads_per_rank(cfg: TrainConfig, device: str, hw: Hardware) -> int:
+    """CPU training: the host's cores shared among the ranks; GPU ranks need one thread each."""
+    return 1 if device == "cuda" else max(1, hw.cpu_count // cfg.num_proc)
+
+
+# ---------------------------------------------------------------- one object per flow run
+@dataclass(frozen=True)
+class Runtime:
+    """Every engine setting a flow run uses, decided once from the config and the hardware."""
+
+    hardware: Hardware
+    device: str
+    backend: str
+    spark_conf: dict[str, str]
+    dask: dict[str, Any]
+    launcher_env: dict[str, str]
+    threads_per_rank: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_runtime(cfg: FaultlineConfig, root: Path | None = None, hw: Hardware | None = None) -> Runtime:
+    """The run's runtime: raises ``RapidsJarMissing`` (a config error) at once when a jar is set but absent."""
+    hw = hw or detect_hardware()
+    device = train_device(cfg.train, hw)
+    backend = dataframe_backend(cfg.features, hw)
+    events = Path(root) / "spark-events" if root is not None else None
+    return Runtime(
+        hardware=hw,
+        device=device,
+        backend=backend,
+        spark_conf=spark_conf(cfg.ingest, hw, events),
+        dask=dask_spec(cfg.features, backend, hw),
+        launcher_env=horovod_env(cfg.train, device),
+        threads_per_rank=threads_per_rank(cfg.train, device, hw),
+    )

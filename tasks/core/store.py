@@ -13,11 +13,13 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from .errors import InvariantBroken
 
 MANIFEST = "_manifest.json"
 _CODE_DIRS = ("tasks/core", "gpu_kernels")
@@ -66,13 +68,20 @@ def fingerprint_tree(root: Path) -> str:
     return fingerprint_files([p for p in root.rglob("*") if p.is_file()], root)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write a file so a reader sees the old content or the whole new one, never a part (temp, fsync, rename)."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    return path
+
+
+def write_json_atomic(path: Path, data: Any, indent: int | None = 2) -> Path:
+    return write_atomic(path, json.dumps(data, indent=indent, sort_keys=True, default=str))
 
 
 def read_manifest(stage_dir: Path) -> dict[str, Any]:
@@ -81,11 +90,40 @@ def read_manifest(stage_dir: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class StageOutput:
+    """A stage's published output: where it is, whether this run reused it, and its manifest."""
+
     stage: str
     fingerprint: str
     path: Path
     cached: bool
     manifest: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.manifest[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.manifest.get(key, default)
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        return self.manifest.get("input_fingerprints") or {}
+
+    def public(self) -> dict[str, Any]:
+        """What a run summary shows of the stage."""
+        m = self.manifest
+        return {
+            "status": "completed",
+            "cached": self.cached,
+            "rows_in": m.get("rows_in"),
+            "rows_out": m.get("rows_out"),
+            "rows_quarantined": m.get("rows_quarantined", 0),
+            "seconds": m.get("seconds"),
+            "output": str(self.path),
+            "fingerprint": self.fingerprint,
+        }
+
+
+StageResult = StageOutput
 
 
 def stage_dir(root: Path, stage: str, fp: str) -> Path:
@@ -100,16 +138,17 @@ def completed(root: Path, stage: str, fp: str) -> StageOutput | None:
 
 
 @contextlib.contextmanager
-def staging(root: Path, stage: str, fp: str) -> Iterator[Path]:
+def staging(root: Path, stage: str, fp: str, replace: bool = False) -> Iterator[Path]:
     """Yield a private temporary directory; publish it by rename when the block completes.
 
     The caller must write the manifest via :func:`publish_manifest` before leaving the block.
     On error the temporary directory is removed; a killed process leaves only a ``.tmp-`` sibling
-    that no reader looks at (and that the next run of the same stage clears).
+    that no reader looks at (and that the next run of the same stage clears). ``replace``: a forced
+    recompute supersedes an output already published under the same fingerprint.
     """
     final = stage_dir(root, stage, fp)
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{fp}.tmp-*"):
+    for stale in [*final.parent.glob(f".{fp}.tmp-*"), *final.parent.glob(f".{fp}.old-*")]:
         pid = stale.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or not pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
@@ -120,10 +159,38 @@ def staging(root: Path, stage: str, fp: str) -> Iterator[Path]:
         yield tmp
         if not (tmp / MANIFEST).is_file():
             raise RuntimeError(f"stage {stage}: no manifest written in {tmp}")
-        if final.exists():  # another run published the same fingerprint first: identical content
+        if final.exists() and replace:  # a forced recompute supersedes the earlier output
+            old = final.parent / f".{fp}.old-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        elif final.exists():  # another run published the same fingerprint first: identical content
             shutil.rmtree(tmp)
         else:
             os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def staging_into(target: Path) -> Iterator[Path]:
+    """Like ``staging`` for a directory the user names: written beside it, renamed into place when complete
+    (an earlier directory of that name is replaced)."""
+    target = Path(target).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if target.exists():
+            old = target.parent / f".{target.name}.old-{os.getpid()}"
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -150,3 +217,58 @@ def published(root: Path, stage: str, fp: str) -> StageOutput:
     """The output this run just published (``cached=False``)."""
     d = stage_dir(root, stage, fp)
     return StageOutput(stage, fp, d, False, read_manifest(d))
+
+
+def check_rows(stage: str, body: Mapping[str, Any]) -> None:
+    """The stage contract: rows in = rows out + rows quarantined, checked once for every stage."""
+    rows_in, rows_out = body.get("rows_in"), body.get("rows_out")
+    if rows_in is None or rows_out is None:
+        return
+    quarantined = body.get("rows_quarantined") or 0
+    if rows_in != rows_out + quarantined:
+        raise InvariantBroken(
+            f"stage {stage} lost rows: {rows_in} in != {rows_out} out + {quarantined} quarantined "
+            f"({rows_in - rows_out - quarantined} unaccounted for)"
+        )
+
+
+def manifest_header(stage: str, inputs: Mapping[str, str], config: Any, seconds: float) -> dict[str, Any]:
+    """What every stage manifest starts with: inputs, the config section, the code version, timing."""
+    return {
+        "stage": stage,
+        "input_fingerprints": dict(inputs),
+        "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else config,
+        "code_version": code_version(),
+        "seconds": round(seconds, 3),
+    }
+
+
+def stage_fingerprint(stage: str, inputs: Mapping[str, str], config: Any, *key: Any) -> str:
+    """A stage's cache key: its inputs' fingerprints, its config section, anything else its output depends on
+    (``key``: e.g. the dataframe backend or training device) and the code version."""
+    section = config.model_dump(mode="json") if hasattr(config, "model_dump") else config
+    return fingerprint(stage, dict(inputs), section, *key, code_version())
+
+
+def run_stage(
+    root: Path,
+    stage: str,
+    inputs: Mapping[str, str],
+    config: Any,
+    compute: Callable[[Path], dict[str, Any]],
+    *,
+    key: tuple[Any, ...] = (),
+    force: bool = False,
+) -> StageOutput:
+    """The store protocol, once for every stage: fingerprint -> reuse a published output (unless ``force``) ->
+    else ``compute(tmp)`` in a private staging directory, which returns the manifest's body -> check the row
+    identity -> write the manifest -> publish by rename. Nothing half-written is ever visible."""
+    fp = stage_fingerprint(stage, inputs, config, *key)
+    if not force and (done := completed(root, stage, fp)) is not None:
+        return done
+    with staging(root, stage, fp, replace=force) as tmp:
+        started = time.perf_counter()
+        body = compute(tmp)
+        check_rows(stage, body)
+        publish_manifest(tmp, {**manifest_header(stage, inputs, config, time.perf_counter() - started), **body})
+    return published(root, stage, fp)

@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tasks.core.errors import ConfigError
 
-class TopologyError(ValueError):
+
+class TopologyError(ConfigError):
     pass
+
+
+_KEY = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_.-]+)+")
+
+
+def check_topology_key(key: str) -> str:
+    """A topohub key names a network shipped in the topohub package (``group/name``); anything else, a path
+    outside the package included, is rejected with the key named."""
+    from importlib.resources import files
+
+    if not _KEY.fullmatch(key or "") or ".." in key.split("/"):
+        raise TopologyError(f"unknown topology {key!r}: expected a topohub key such as 'topozoo/Abilene'")
+    if not (files("topohub") / "data" / f"{key}.json").is_file():
+        raise TopologyError(
+            f"unknown topology {key!r}: expected a topohub key such as 'topozoo/Abilene', "
+            "'topozoo/Geant2012', 'sndlib/polska' or 'backbone/world'"
+        )
+    return key
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,7 @@ def load_topology(key: str) -> Topology:
     """Load a topohub network by key (e.g. ``topozoo/Abilene``, ``backbone/world``)."""
     import topohub
 
+    check_topology_key(key)
     try:
         raw = topohub.get(key)
     except KeyError:

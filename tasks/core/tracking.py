@@ -114,3 +114,16 @@ class Tracker:
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status)
+
+
+def numeric_leaves(data: dict[str, Any], skip: tuple[str, ...] = ("hardware", "runs", "points")) -> dict[str, float]:
+    """``{"a": {"b": 1.5}, "c": "x"}`` -> ``{"a.b": 1.5}``: a report's numbers as MLflow metric names."""
+    out: dict[str, float] = {}
+    for key, value in data.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in numeric_leaves(value, skip).items()})
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[str(key)] = value
+    return out

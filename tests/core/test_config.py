@@ -47,3 +47,35 @@ def test_config_is_frozen_and_flattens():
         cfg.train.epochs = 1
     flat = cfg.flat()
     assert flat["train.engine"] == "horovod" and "validate.max_quarantine_rate" in flat
+
+
+@pytest.mark.parametrize("key", ["topozoo/Nowhere", "../../etc/passwd", "topozoo/../../../x", "/abs/path", ""])
+def test_topology_must_be_a_topohub_key(key):
+    with pytest.raises(ConfigError, match=r"workload\.topology.*unknown topology"):
+        load_config("local", [f"workload.topology={key}"])
+
+
+def test_nested_overrides_reach_the_bench_sizes():
+    cfg = load_config("local", ["bench.size=small", "bench.small.rows=12345", "bench.max_workers=3"])
+    assert cfg.bench.sized.rows == 12345 and cfg.bench.sized.topology == "topozoo/Abilene"
+    assert cfg.flat()["bench.small.rows"] == "12345"
+    with pytest.raises(ConfigError, match=r"unknown key 'bench\.small\.rowz'"):
+        load_config("local", ["bench.small.rowz=1"])
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-1"])
+def test_numbers_are_finite_and_bounded(value):
+    with pytest.raises(ConfigError, match=r"train\.lr"):
+        load_config("local", [f"train.lr={value}"])
+
+
+def test_stage_plan_rejects_impossible_requests(tmp_path):
+    from tasks.core.config import stage_plan
+
+    assert stage_plan("validate", "evaluate") == ("validate", "ingest", "features", "train", "evaluate")
+    with pytest.raises(ConfigError, match="comes after"):
+        stage_plan("train", "ingest")
+    with pytest.raises(ConfigError, match="needs lake"):
+        stage_plan("features", "evaluate")
+    with pytest.raises(ConfigError, match="not an ingest output"):
+        stage_plan("features", "evaluate", str(tmp_path))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tasks.core.bench_scaling import efficiency, worker_counts
+from tasks.core.benchmarks.scaling import efficiency, worker_counts
 from tests.helpers import faultline, last_json
 
 
@@ -63,3 +63,25 @@ def test_benchmark_flow_small(tmp_path):
     arts = {a.path for a in client.list_artifacts(runs["scaling"].info.run_id)}
     assert {"scaling.json", "scaling.png"} <= arts
     assert out["scaling"]["mlflow_run_id"] == runs["scaling"].info.run_id
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.horovod
+def test_e2e_bench_two_paths_one_invocation(tmp_path):
+    """Both paths of the same workload through the real pipeline; CPU training timed on a fraction of its epochs
+    and extrapolated, shared stages counted once, the ratio from the two runs of this invocation."""
+    results = tmp_path / "results"
+    small = ["--set", "workload.topology=topozoo/Abilene", "--set", "workload.days=2", "--set", "train.epochs=4"]
+    small += ["--set", "train.hidden=8", "--set", "ingest.master=local[2]", "--set", f"paths.root={tmp_path}"]
+    proc = faultline("bench", "e2e", *small, "--results", str(results), "--json", root=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rep = json.loads((results / "e2e.json").read_text())
+    g, c = rep["gpu_path"]["stages"], rep["cpu_path"]["stages"]
+    assert set(g) == {"validate", "ingest", "features", "train", "evaluate"} and set(c) == set(g)
+    assert c["validate"]["shared"] and c["ingest"]["shared"] and c["evaluate"]["shared"]
+    assert not c["train"]["shared"] and rep["extrapolated"] == ["cpu_path.train"]
+    x = rep["cpu_path"]["extrapolated"]["train"]
+    assert x["epochs_timed"] == 1 and x["epochs_full"] == 4 and c["train"]["seconds"] > x["measured_s"]
+    assert rep["e2e_ratio"] == pytest.approx(rep["cpu_path"]["total_s"] / rep["gpu_path"]["total_s"], rel=0.01)
+    assert (results / "e2e.png").stat().st_size > 5_000 and rep["gpu_path"]["mlflow_run_id"]

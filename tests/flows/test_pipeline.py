@@ -81,7 +81,7 @@ def test_from_features_on_an_existing_lake(first_run):
 
 
 def test_malformed_file_is_rejected_with_exit_2(tmp_path):
-    from tasks.core.simulate import simulate
+    from tasks.core.stages.simulate import simulate
 
     raw = tmp_path / "raw"
     simulate("topozoo/Abilene", 2, 3, raw)
@@ -101,3 +101,13 @@ def test_unknown_config_key_exit_2(tmp_path):
     assert proc.returncode == 2
     assert "unknown key 'train.epoch'" in proc.stderr
     assert last_json(proc.stdout)["status"] == "rejected"
+
+
+def test_unknown_topology_is_rejected_before_anything_starts(tmp_path):
+    import time
+
+    started = time.time()
+    proc = faultline("run", "--topology", "topozoo/Nowhere", "--set", f"paths.root={tmp_path}", "--json", root=tmp_path)
+    assert proc.returncode == 2 and "unknown topology 'topozoo/Nowhere'" in proc.stderr
+    assert time.time() - started < 10 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()  # no MLflow run was opened

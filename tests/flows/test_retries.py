@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 from prefect import flow, task
 
-from tasks.common import TASK_OPTIONS
-from tasks.core.config import ConfigError
-from tasks.core.errors import DataRejected
+from tasks.core.errors import ConfigError, DataRejected, InvariantBroken
+from tasks.runner import TASK_OPTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,12 @@ def _run(exc_factory):
 
 
 @pytest.mark.parametrize(
-    "exc", [OSError("NFS hiccup"), ConnectionError("MLflow unreachable"), RuntimeError("lost executor")]
+    "exc",
+    [
+        OSError(errno.EIO, "NFS hiccup"),
+        ConnectionError("MLflow unreachable"),
+        RuntimeError("Job aborted: ExecutorLostFailure (executor 1 exited)"),
+    ],
 )
 def test_transient_failure_is_retried(exc):
     result, calls = _run(lambda: exc)
@@ -50,11 +56,17 @@ def test_transient_failure_is_retried(exc):
 
 @pytest.mark.parametrize(
     "exc",
-    [DataRejected("kpi.csv: column x missing", file="kpi.csv", column="x"), ConfigError("unknown key 'train.epoch'")],
+    [
+        DataRejected("kpi.csv: column x missing", file="kpi.csv", column="x"),
+        ConfigError("unknown key 'train.epoch'"),
+        InvariantBroken("ingest lost rows in kpi"),
+        KeyError("an unknown run id"),
+        ValueError("a bug"),
+    ],
 )
 def test_deterministic_rejection_is_not_retried(exc):
     result, calls = _run(lambda: exc)
-    assert isinstance(result, type(exc)) and calls == 1
+    assert isinstance(result, type(exc)) and calls == 1  # fails on the first try
 
 
 def test_backoff_is_exponential_with_jitter():

@@ -11,23 +11,20 @@ pytestmark = pytest.mark.gpu
 
 def _run(lake, out, backend):
     from tasks.core.config import load_config
-    from tasks.core.features import build_features
-    from tasks.core.runtime import dask_client
+    from tasks.core.runtime import dask_cluster, dask_spec, detect_hardware
+    from tasks.core.stages.features import build_features
     from tasks.core.topology import Topology
 
     cfg = load_config("gpu" if backend == "cudf" else "local").features
-    cfg = cfg.model_copy(update={"backend": backend, "cluster": "cuda" if backend == "cudf" else "local"})
-    client = dask_client(cfg, backend)
-    try:
+    update = {"backend": backend, "cluster": "cuda" if backend == "cudf" else "local", "store_dtype": "float64"}
+    cfg = cfg.model_copy(update=update)
+    with dask_cluster(dask_spec(cfg, backend, detect_hardware())) as client:
         summary = build_features(client, lake, Topology.read(lake / "topology.json"), cfg, backend, out)
-    finally:
-        client.close()
-        client.cluster.close()
     return summary, pd.read_parquet(out / "features").sort_values(["element_id", "timestamp"]).reset_index(drop=True)
 
 
 def test_gpu_stage_matches_cpu_stage(tmp_path):
-    from tasks.core.bench_features import synthetic_lake
+    from tasks.core.benchmarks.lakes import synthetic_lake
 
     lake = tmp_path / "lake"
     synthetic_lake(lake, "topozoo/Geant2012", 37 * 288 * 3)

@@ -1,0 +1,109 @@
+"""The benchmarks as tasks: each writes ``<paths.bench_results>/<suite>.json`` (ratios from one invocation),
+logs it to the MLflow experiment ``<experiment>-bench`` with its plots, and shows a Prefect artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+
+from tasks.core.config import FaultlineConfig
+from tasks.core.runtime import Runtime
+from tasks.core.store import write_json_atomic
+from tasks.core.tracking import numeric_leaves
+from tasks.runner import TASK_OPTIONS, logger, publish_markdown, publish_table
+from tasks.tracking import tracker_for
+
+
+def _publish(cfg: FaultlineConfig, name: str, result: dict[str, Any], files: tuple[Path, ...] = ()) -> dict:
+    out = Path(cfg.paths.bench_results) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out, result)  # a reader (the checklist) never sees half a report
+    tr = tracker_for(cfg, f"{cfg.mlflow.experiment}-bench")
+    run_id = tr.start_run(f"bench-{name}", {"benchmark": name, "profile": cfg.profile, "faultline_kind": "bench"})
+    tr.log_metrics(run_id, numeric_leaves(result))
+    for f in (out, *files):
+        tr.log_artifact(run_id, f)
+    tr.end_run(run_id)
+    return {**result, "mlflow_run_id": run_id, "json": str(out)}
+
+
+@task(name="bench-baseline", **TASK_OPTIONS)
+def baseline_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
+    from tasks.core.benchmarks.baseline import bench_baseline, summary_rows
+
+    prev = Path(cfg.paths.bench_results) / "baseline.json"
+    res = _publish(cfg, "baseline", bench_baseline(cfg.ingest, rt, cfg.bench.sized.rows, prev))
+    publish_table("bench-baseline", summary_rows(res), f"baseline on {res['hardware_key']}")
+    return res
+
+
+@task(name="bench-scaling", **TASK_OPTIONS)
+def scaling_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
+    from tasks.core.benchmarks import scaling as bs
+
+    work, size = Path(cfg.bench.work) / "scaling", cfg.bench.sized
+    hw = rt.hardware
+    report: dict[str, Any] = {"benchmark": "scaling", "size": cfg.bench.size, "hardware": hw.as_dict()}
+    report["device"] = hw.gpus[0].name if hw.gpus else f"{hw.cpu_count}-core CPU"
+    say = logger().info
+    report["features"] = bs.features_scaling(
+        work / "features", cfg.features, cfg.ingest, size, cfg.bench.max_workers or cfg.features.n_workers, rt, say
+    )
+    report["train"] = bs.train_scaling(
+        work / "train", cfg.train, size, cfg.bench.max_workers or cfg.train.num_proc, rt, say
+    )
+    png = bs.plot_scaling(report, Path(cfg.paths.bench_results) / "scaling.png")
+    report = _publish(cfg, "scaling", report, (png,))
+    table = bs.markdown_table(report)
+    publish_markdown(
+        "bench-scaling",
+        f"## Scaling on {report['device']}\n\n{table}\n\nPlot: `{png.resolve()}` (also in MLflow run "
+        f"`{report['mlflow_run_id']}`)\n",
+        "strong and weak scaling",
+    )
+    say("\n%s", table)
+    return report
+
+
+@task(name="bench-ingest", **TASK_OPTIONS)
+def ingest_bench_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
+    from tasks.core.benchmarks.ingest import bench_ingest
+
+    return _publish(
+        cfg, "ingest", bench_ingest(Path(cfg.bench.work) / "ingest", cfg.bench.sized.size_gb, cfg.ingest, rt)
+    )
+
+
+@task(name="bench-train", **TASK_OPTIONS)
+def train_bench_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
+    from tasks.core.benchmarks.train import bench_train
+
+    res = bench_train(Path(cfg.bench.work) / "train", cfg.train, rt, cfg.workload.topology, cfg.bench.sized.times)
+    return _publish(cfg, "train", res)
+
+
+@task(name="bench-features", **TASK_OPTIONS)
+def features_bench_task(cfg: FaultlineConfig, rt: Runtime, parts: list[str] | None = None) -> dict[str, Any]:
+    from tasks.core.benchmarks.features import bench_features
+
+    b = cfg.bench
+    res = bench_features(
+        Path(b.work) / "features", cfg.features, rt.hardware, b.sized.rows, b.pandas_budget_s, parts=tuple(parts or ())
+    )
+    return _publish(cfg, "features", res)
+
+
+@task(name="bench-e2e", **TASK_OPTIONS)
+def e2e_task(cfg: FaultlineConfig, rt: Runtime, gpu: dict[str, Any], cpu: dict[str, Any]) -> dict[str, Any]:
+    """The end-to-end report of two pipeline runs of the same workload (GPU path, CPU path)."""
+    from tasks.core.benchmarks.e2e import e2e_report, markdown_table, plot_e2e
+
+    report = e2e_report(cfg, rt.hardware, gpu, cpu)
+    png = plot_e2e(report, Path(cfg.paths.bench_results) / "e2e.png")
+    report = _publish(cfg, "e2e", report, (png,))
+    table = markdown_table(report)
+    publish_markdown("bench-e2e", f"## End to end on {report['device']}\n\n{table}\n", "CPU path vs GPU path")
+    logger().info("end to end:\n%s", table)
+    return report

@@ -1,0 +1,154 @@
+"""End-to-end benchmark: the same workload through the whole pipeline on the GPU path (the profile as it is)
+and on the CPU path (Spark ``local[*]``, Dask and training on all the host's cores), in one invocation on one
+host; per-stage times from the two runs' manifests and the end-to-end ratio.
+
+CPU training at full size can take hours, so the CPU path trains ``cpu_train_epochs`` of the profile's epochs
+(at least a tenth) and its epoch time is extrapolated linearly to all of them: said in the JSON and the table.
+Stages whose output both paths share (validate and ingest run on Spark's CPU engine on both, unless the GPU
+path uses the RAPIDS Accelerator) are computed once and counted on both paths, marked ``shared``; so is
+evaluation (scikit-learn on the CPU on both paths: the CPU path stops after training).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tasks.core.config import STAGES, FaultlineConfig
+from tasks.core.runtime import Hardware
+
+CPU_FRACTION = 0.1
+CPU_UNTIL = "train"  # evaluation is the same CPU code on both paths: measured once, on the GPU path
+
+
+def cpu_train_epochs(cfg: FaultlineConfig, fraction: float = CPU_FRACTION) -> int:
+    return max(1, math.ceil(cfg.train.epochs * fraction))
+
+
+def cpu_overrides(cfg: FaultlineConfig, hw: Hardware, fraction: float = CPU_FRACTION) -> list[str]:
+    """The CPU path of the same workload: every core for Dask and for training, no GPU anywhere."""
+    ranks = cfg.train.num_proc
+    return [
+        "features.backend=pandas",
+        "features.cluster=local",
+        f"features.n_workers={hw.cpu_count}",
+        "features.threads_per_worker=1",
+        "train.device=cpu",
+        f"train.num_proc={ranks}",
+        f"train.epochs={cpu_train_epochs(cfg, fraction)}",
+        "train.bf16=false",
+    ]
+
+
+def _manifest(stage: dict[str, Any]) -> dict[str, Any]:
+    return json.loads((Path(stage["output"]) / "_manifest.json").read_text())
+
+
+def _train_seconds(m: dict[str, Any], epochs: int) -> tuple[float, dict[str, Any] | None]:
+    """Measured train seconds, or (when fewer epochs ran) the fixed part plus the epochs scaled to ``epochs``."""
+    ran = len(m["history"])
+    if ran >= epochs:
+        return m["seconds"], None
+    per_epoch = sum(h["t_end"] - h["t_start"] for h in m["history"]) / ran
+    fixed = m["seconds"] - per_epoch * ran
+    return fixed + per_epoch * epochs, {
+        "epochs_timed": ran,
+        "epochs_full": epochs,
+        "fraction": round(ran / epochs, 3),
+        "measured_s": round(m["seconds"], 2),
+        "epoch_s": round(per_epoch, 2),
+        "fixed_s": round(fixed, 2),
+    }
+
+
+def stage_times(summary: dict[str, Any], epochs: int) -> dict[str, Any]:
+    """Per-stage seconds of one pipeline run (from its manifests), train extrapolated when it ran fewer epochs."""
+    out: dict[str, Any] = {"stages": {}, "extrapolated": {}}
+    for name in STAGES:
+        st = summary["stages"].get(name)
+        if st is None:
+            continue
+        m = _manifest(st)
+        seconds, extra = _train_seconds(m, epochs) if name == "train" else (m["seconds"], None)
+        out["stages"][name] = {"seconds": round(seconds, 2), "fingerprint": st["fingerprint"], "cached": st["cached"]}
+        if extra:
+            out["extrapolated"][name] = extra
+    out["total_s"] = round(sum(s["seconds"] for s in out["stages"].values()), 2)
+    return out
+
+
+def e2e_report(
+    cfg: FaultlineConfig, hw: Hardware, gpu: dict[str, Any], cpu: dict[str, Any], fraction: float = CPU_FRACTION
+) -> dict[str, Any]:
+    g, c = stage_times(gpu, cfg.train.epochs), stage_times(cpu, cfg.train.epochs)
+    for name, st in c["stages"].items():  # the same output on both paths: computed once, counted on both
+        st["shared"] = g["stages"].get(name, {}).get("fingerprint") == st["fingerprint"]
+        if st["shared"]:
+            st["seconds"] = g["stages"][name]["seconds"]
+    for name, st in g["stages"].items():  # stages the CPU path did not run: the same CPU code, counted on both
+        if name not in c["stages"]:
+            c["stages"][name] = {"seconds": st["seconds"], "shared": True, "note": "same CPU code on both paths"}
+    c["total_s"] = round(sum(s["seconds"] for s in c["stages"].values()), 2)
+    ratios = {
+        n: round(c["stages"][n]["seconds"] / g["stages"][n]["seconds"], 2) for n in g["stages"] if n in c["stages"]
+    }
+    return {
+        "benchmark": "e2e",
+        "hardware": hw.as_dict(),
+        "device": hw.gpus[0].name if hw.gpus else f"{hw.cpu_count}-core CPU",
+        "workload": cfg.workload.model_dump(mode="json"),
+        "kpi_rows": gpu["stages"]["ingest"]["rows_in"] if "ingest" in gpu["stages"] else None,
+        "gpu_path": {**g, "mlflow_run_id": gpu.get("mlflow_run_id"), "metrics": gpu.get("metrics")},
+        "cpu_path": {**c, "mlflow_run_id": cpu.get("mlflow_run_id"), "cpu_fraction_trained": fraction},
+        "stage_ratio": ratios,
+        "e2e_ratio": round(c["total_s"] / g["total_s"], 2),
+        "extrapolated": [f"cpu_path.{k}" for k in c["extrapolated"]] + [f"gpu_path.{k}" for k in g["extrapolated"]],
+    }
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    g, c = report["gpu_path"]["stages"], report["cpu_path"]["stages"]
+    lines = ["| stage | CPU path (s) | GPU path (s) | CPU / GPU |", "|---|---|---|---|"]
+    for name in g:
+        cs = c.get(name, {})
+        note = (
+            " (shared)" if cs.get("shared") else " (extrapolated)" if name in report["cpu_path"]["extrapolated"] else ""
+        )
+        lines.append(
+            f"| {name} | {cs.get('seconds', float('nan')):.1f}{note} | {g[name]['seconds']:.1f} | "
+            f"{report['stage_ratio'].get(name, float('nan')):.1f}x |"
+        )
+    lines.append(
+        f"| **end to end** | **{report['cpu_path']['total_s']:.0f}** | **{report['gpu_path']['total_s']:.0f}** "
+        f"| **{report['e2e_ratio']:.1f}x** |"
+    )
+    return "\n".join(lines)
+
+
+def plot_e2e(report: dict[str, Any], png: Path) -> Path:
+    """Stacked bars: each path's time by stage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = [("CPU path", report["cpu_path"]["stages"]), ("GPU path", report["gpu_path"]["stages"])]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for i, (_label, stages) in enumerate(paths):
+        left = 0.0
+        for name in STAGES:
+            if name in stages:
+                w = stages[name]["seconds"]
+                ax.barh(i, w, left=left, label=name if i == 0 else None, color=plt.cm.tab10(STAGES.index(name)))
+                left += w
+    ax.set_yticks([0, 1], [p[0] for p in paths])
+    ax.set_xlabel("seconds (CPU training extrapolated from a fraction of its epochs)")
+    ax.set_title(f"End to end on {report['device']}: {report['e2e_ratio']:.1f}x")
+    ax.legend(ncol=5, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.12))
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png

@@ -1,0 +1,39 @@
+"""Columns as arrays on the partition's own device: NumPy for pandas frames, CuPy for cuDF frames (the
+array-module pattern: one body runs on both; the backend itself is chosen once, in ``runtime``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def on_gpu(df) -> bool:
+    return type(df).__module__.split(".")[0] in ("cudf", "dask_cudf")
+
+
+def xp_of(df):
+    """The array module of a partition: CuPy for cuDF, NumPy for pandas."""
+    if on_gpu(df):
+        import cupy
+
+        return cupy
+    return np
+
+
+def as_array(obj, dtype):
+    """A Series/DataFrame as a (device or host) array, without leaving the device."""
+    if on_gpu(obj):
+        return obj.astype(dtype).to_cupy()
+    return obj.to_numpy(dtype)
+
+
+def micros(ts) -> Any:
+    """Timestamps -> integer microseconds since the epoch, on the partition's device."""
+    if getattr(ts.dtype, "tz", None) is not None:
+        ts = ts.dt.tz_convert(None)
+    return as_array(ts.astype("datetime64[us]").astype("int64"), "int64")
+
+
+def minutes(ts) -> Any:
+    return micros(ts) // 60_000_000

@@ -1,0 +1,245 @@
+"""The raw NMS exports on disk: discovery, file-level checks, and Spark readers with explicit schemas."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tasks.core.errors import DataRejected
+from tasks.core.schema import ALARM_COLUMNS, ALARM_NAMES, KPI_COLUMNS, KPI_NAMES
+from tasks.core.store import fingerprint_files
+from tasks.core.topology import Topology
+
+_DAY = re.compile(r"_(\d{4}-\d{2}-\d{2})\.(csv|jsonl)$")
+SAMPLE_LINES = 500
+CORRUPT = "_corrupt_record"
+
+
+@dataclass(frozen=True)
+class RawLayout:
+    root: Path
+    kpi_files: tuple[Path, ...]
+    alarm_files: tuple[Path, ...]
+    topology_file: Path
+    start: datetime
+    end: datetime
+
+    @property
+    def all_files(self) -> list[Path]:
+        return [*self.kpi_files, *self.alarm_files, self.topology_file]
+
+    def fingerprint(self) -> str:
+        return fingerprint_files(self.all_files, self.root)
+
+    def topology(self) -> Topology:
+        try:
+            return Topology.read(self.topology_file)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise DataRejected(
+                f"{self.topology_file}: not a valid topology export ({exc}); expected "
+                "{'elements': [{'element_id', 'name'}], 'links': [{'a', 'b'}]}",
+                file=str(self.topology_file),
+            ) from None
+
+
+def discover(raw: Path) -> RawLayout:
+    raw = Path(raw)
+    kpi = tuple(sorted((raw / "kpi").glob("kpi_*.csv")))
+    alarms = tuple(sorted((raw / "alarms").glob("alarms_*.jsonl")))
+    topo = raw / "topology.json"
+    if not kpi:
+        raise DataRejected(f"{raw / 'kpi'}: no KPI exports found (expected kpi_YYYY-MM-DD.csv)", file=str(raw))
+    if not topo.is_file():
+        raise DataRejected(f"{topo}: topology export missing", file=str(topo))
+    days = []
+    for p in (*kpi, *alarms):
+        m = _DAY.search(p.name)
+        if not m:
+            raise DataRejected(f"{p}: file name does not carry its day (expected *_YYYY-MM-DD.csv|jsonl)", file=str(p))
+        days.append(datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC))
+    return RawLayout(raw, kpi, alarms, topo, min(days), max(days) + timedelta(days=1))
+
+
+def _check_utf8(path: Path) -> None:
+    dec = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            try:
+                dec.decode(chunk)
+            except UnicodeDecodeError as exc:
+                raise DataRejected(
+                    f"{path}: undecodable bytes at byte offset {offset + exc.start} (expected UTF-8 text)",
+                    file=str(path),
+                    expected="UTF-8",
+                ) from None
+            offset += len(chunk)
+        try:
+            dec.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise DataRejected(f"{path}: truncated UTF-8 sequence at end of file", file=str(path)) from None
+
+
+def _parses(kind: str, value: str) -> bool:
+    try:
+        if kind == "double":
+            float(value)
+        elif kind == "long":
+            int(value)
+        elif kind == "timestamp":
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return True
+    except ValueError:
+        return False
+
+
+def _check_columns(path: Path, rows: list[dict], columns) -> None:
+    for col in columns:
+        values = [r.get(col.name) for r in rows if r.get(col.name) not in (None, "")]
+        if col.kind == "string" or not values:
+            continue
+        bad = [v for v in values if not _parses(col.kind, str(v))]
+        if len(bad) > 0.5 * len(values):
+            raise DataRejected(
+                f"{path}: column '{col.name}' has the wrong type: {len(bad)} of the first {len(values)} values "
+                f"are not {col.kind} (e.g. {bad[0]!r})",
+                file=str(path),
+                column=col.name,
+                expected=col.kind,
+            )
+
+
+def check_kpi_file(path: Path) -> None:
+    _check_utf8(path)
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise DataRejected(f"{path}: empty file (expected a header and KPI rows)", file=str(path))
+        header = [h.strip() for h in header]
+        missing = [c for c in KPI_NAMES if c not in header]
+        extra = [c for c in header if c not in KPI_NAMES]
+        if missing or extra or header != list(KPI_NAMES):
+            detail = (f"missing column(s) {missing}" if missing else "") + (
+                f"{'; ' if missing else ''}unexpected column(s) {extra}" if extra else ""
+            )
+            raise DataRejected(
+                f"{path}: header does not match the KPI export schema: {detail or 'columns out of order'}; "
+                f"expected {','.join(KPI_NAMES)}",
+                file=str(path),
+                column=(missing or extra or [None])[0],
+                expected=",".join(KPI_NAMES),
+            )
+        sample, data_rows = [], 0
+        for row in reader:
+            data_rows += 1
+            if data_rows > SAMPLE_LINES:
+                break
+            if len(row) == len(header):
+                sample.append(dict(zip(header, row)))
+    if data_rows == 0:
+        raise DataRejected(f"{path}: no KPI rows after the header (empty export)", file=str(path))
+    if not sample:
+        raise DataRejected(f"{path}: no parsable KPI rows in the first {SAMPLE_LINES} lines", file=str(path))
+    _check_columns(path, sample, KPI_COLUMNS)
+
+
+def check_alarm_file(path: Path) -> None:
+    _check_utf8(path)
+    sample, lines = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            lines += 1
+            if len(sample) >= SAMPLE_LINES:
+                continue
+            try:
+                rec = json.loads(line)
+                if isinstance(rec, dict):
+                    sample.append(rec)
+            except json.JSONDecodeError:
+                pass
+    if lines == 0:
+        return  # a quiet day has no alarms; an empty alarm source as a whole is checked by the caller
+    if not sample:
+        raise DataRejected(
+            f"{path}: none of the first lines is a JSON object (expected JSON lines)",
+            file=str(path),
+            expected="JSON lines",
+        )
+    for col in ALARM_NAMES:
+        if all(col not in r for r in sample):
+            raise DataRejected(
+                f"{path}: field '{col}' missing from every record (expected {list(ALARM_NAMES)})",
+                file=str(path),
+                column=col,
+                expected=",".join(ALARM_NAMES),
+            )
+    _check_columns(path, sample, ALARM_COLUMNS)
+
+
+def check_files(layout: RawLayout) -> dict[str, int]:
+    """File-level checks; raise :class:`DataRejected` naming the file and column."""
+    for p in layout.kpi_files:
+        check_kpi_file(p)
+    for p in layout.alarm_files:
+        check_alarm_file(p)
+    _check_utf8(layout.topology_file)
+    topo = layout.topology()
+    if topo.n == 0:
+        raise DataRejected(f"{layout.topology_file}: topology has no elements", file=str(layout.topology_file))
+    return {"kpi_files": len(layout.kpi_files), "alarm_files": len(layout.alarm_files), "elements": topo.n}
+
+
+def _spark_type(kind: str):
+    from pyspark.sql import types as T
+
+    return {"string": T.StringType(), "timestamp": T.TimestampType(), "double": T.DoubleType(), "long": T.LongType()}[
+        kind
+    ]
+
+
+def spark_schema(columns, corrupt: bool = True):
+    from pyspark.sql import types as T
+
+    fields = [T.StructField(c.name, _spark_type(c.kind), True) for c in columns]
+    if corrupt:
+        fields.append(T.StructField(CORRUPT, T.StringType(), True))
+    return T.StructType(fields)
+
+
+def read_kpi(spark, layout: RawLayout):
+    """All KPI exports as one DataFrame; malformed lines kept in ``_corrupt_record``, never dropped."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.csv(
+        [str(p) for p in layout.kpi_files],
+        header=True,
+        schema=spark_schema(KPI_COLUMNS),
+        mode="PERMISSIVE",
+        columnNameOfCorruptRecord=CORRUPT,
+        timestampFormat="yyyy-MM-dd'T'HH:mm:ssX",
+        enforceSchema=False,
+    )
+    return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())
+
+
+def read_alarms(spark, layout: RawLayout):
+    from pyspark.sql import functions as F
+
+    if not layout.alarm_files:
+        return None
+    df = spark.read.json(
+        [str(p) for p in layout.alarm_files],
+        schema=spark_schema(ALARM_COLUMNS),
+        mode="PERMISSIVE",
+        columnNameOfCorruptRecord=CORRUPT,
+        timestampFormat="yyyy-MM-dd'T'HH:mm:ssX",
+    )
+    return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())

@@ -1,0 +1,91 @@
+"""Declarative row rules, one list per source, rendered both as GX expectations and Spark predicates.
+
+GX validates and reports (Data Docs, result JSON); the same rules decide quarantine in ingest, and
+the two counts are checked against each other, so the report and the quarantine cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tasks.core.schema import ALARM_COLUMNS, ALARM_TYPES, KPI_COLUMNS, SEVERITIES
+
+
+@dataclass(frozen=True)
+class Rule:
+    source: str  # "kpi" | "alarms" | "topology"
+    kind: str  # not_null | range | value_set | in_window
+    column: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str:
+        """Quarantine reason column for this rule, e.g. ``null_cpu_util``."""
+        prefix = {
+            "not_null": "null",
+            "range": "out_of_range",
+            "value_set": "not_in_set",
+            "in_window": "outside_window",
+        }[self.kind]
+        return f"{prefix}_{self.column}"
+
+    def violation(self):
+        """A Spark Column that is true where the row breaks this rule (null-safe)."""
+        from pyspark.sql import functions as F
+
+        c = F.col(self.column)
+        if self.kind == "not_null":
+            return c.isNull()
+        if self.kind == "range":
+            return c.isNotNull() & ((c < self.params["min"]) | (c > self.params["max"]))
+        if self.kind == "value_set":
+            return c.isNotNull() & ~c.isin(list(self.params["values"]))
+        if self.kind == "in_window":
+            lo, hi = self.params["start"], self.params["end"]
+            return c.isNotNull() & ((c < F.lit(lo)) | (c >= F.lit(hi)))
+        raise ValueError(self.kind)
+
+    def expectation(self):
+        import great_expectations as gx
+
+        E = gx.expectations
+        meta = {"reason": self.reason}
+        if self.kind == "not_null":
+            return E.ExpectColumnValuesToNotBeNull(column=self.column, meta=meta)
+        if self.kind == "range":
+            return E.ExpectColumnValuesToBeBetween(
+                column=self.column, min_value=self.params["min"], max_value=self.params["max"], meta=meta
+            )
+        if self.kind == "value_set":
+            return E.ExpectColumnValuesToBeInSet(column=self.column, value_set=list(self.params["values"]), meta=meta)
+        if self.kind == "in_window":
+            return E.ExpectColumnValuesToBeBetween(
+                column=self.column,
+                min_value=self.params["start"],
+                max_value=self.params["end"],
+                strict_max=True,
+                meta=meta,
+            )
+        raise ValueError(self.kind)
+
+
+def kpi_rules(elements: list[str], start: datetime, end: datetime) -> list[Rule]:
+    rules = [Rule("kpi", "not_null", c.name) for c in KPI_COLUMNS]
+    rules += [Rule("kpi", "range", c.name, {"min": c.min, "max": c.max}) for c in KPI_COLUMNS if c.min is not None]
+    rules.append(Rule("kpi", "value_set", "element_id", {"values": tuple(elements)}))
+    rules.append(Rule("kpi", "in_window", "timestamp", {"start": start, "end": end}))
+    return rules
+
+
+def alarm_rules(elements: list[str], start: datetime, end: datetime) -> list[Rule]:
+    rules = [Rule("alarms", "not_null", c.name) for c in ALARM_COLUMNS if not c.nullable]
+    rules.append(Rule("alarms", "value_set", "severity", {"values": SEVERITIES}))
+    rules.append(Rule("alarms", "value_set", "alarm_type", {"values": ALARM_TYPES}))
+    rules.append(Rule("alarms", "value_set", "element_id", {"values": tuple(elements)}))
+    rules.append(Rule("alarms", "in_window", "timestamp", {"start": start, "end": end}))
+    return rules
+
+
+KEYS = {"kpi": ("element_id", "timestamp"), "alarms": ("alarm_id",)}

@@ -1,0 +1,261 @@
+"""Telemetry simulator: 5-minute KPIs and an alarm log over a real topology, with injected dirt.
+
+Faults come from a hazard that rises with precursor drift (a degradation episode that ramps up
+before most faults) and with faults on neighbouring elements (cascades along links). The run is
+deterministic for a seed and streams day by day, so memory stays bounded by one day of samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from tasks.core.config import WorkloadConfig
+from tasks.core.schema import STEP_MINUTES, STEPS_PER_DAY
+from tasks.core.stages.dirt import DIRT_KINDS, DirtLedger, inject_alarm_dirt, inject_kpi_dirt
+from tasks.core.store import write_atomic, write_json_atomic
+from tasks.core.topology import Topology, load_topology
+
+
+@dataclass
+class _State:
+    drift: np.ndarray
+    rate: np.ndarray
+    cap: np.ndarray
+    fault_left: np.ndarray
+    base_cpu: np.ndarray
+    base_temp: np.ndarray
+    base_traffic: np.ndarray
+    base_latency: np.ndarray
+
+
+@dataclass
+class SimulationSummary:
+    out: Path
+    topology: str
+    elements: int
+    days: int
+    kpi_rows: int = 0
+    alarm_rows: int = 0
+    faults: int = 0
+    dirt: dict[str, int] = field(default_factory=dict)
+
+
+# Process constants (per 5-minute step).
+EPISODE_RATE = 1.0 / (STEPS_PER_DAY * 3)  # a precursor episode every ~3 days per element
+CASCADE_EPISODE = 0.04  # extra episode probability per faulted neighbour
+BASE_HAZARD = 2e-5
+DRIFT_HAZARD = 0.35  # hazard per unit of drift above 0.6
+CASCADE_HAZARD = 0.004  # extra hazard per faulted neighbour
+
+
+def _initial_state(n: int, rng: np.random.Generator) -> _State:
+    return _State(
+        drift=np.zeros(n),
+        rate=np.zeros(n),
+        cap=np.ones(n),
+        fault_left=np.zeros(n, dtype=np.int64),
+        base_cpu=rng.uniform(15, 45, n),
+        base_temp=rng.uniform(35, 55, n),
+        base_traffic=rng.uniform(1, 40, n),
+        base_latency=rng.uniform(2, 25, n),
+    )
+
+
+def _ground_truth(topo: Topology, summary: SimulationSummary, seed: int, start: str, dirt: float, faults) -> dict:
+    return {
+        "topology": topo.name,
+        "elements": topo.n,
+        "days": summary.days,
+        "start": start,
+        "seed": seed,
+        "dirt_rate": dirt,
+        "kpi_rows_written": summary.kpi_rows,
+        "alarm_lines_written": summary.alarm_rows,
+        "dirt_rows": summary.dirt,
+        "dirt_ledger": "dirt/dirt_<day>.csv (kind, source, element_id, timestamp, column, file, line)",
+        "faults": faults,
+    }
+
+
+def simulate(
+    topology: str | Topology,
+    days: int,
+    seed: int,
+    out: Path,
+    dirt: float = 0.0,
+    start: str = "2026-01-05",
+    progress: Callable[[int, int], None] | None = None,
+) -> SimulationSummary:
+    topo = load_topology(topology) if isinstance(topology, str) else topology
+    out = Path(out)
+    for sub in ("kpi", "alarms", "dirt"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "topology.json", topo.to_json())
+    rng = np.random.default_rng(seed)
+    indptr, indices = topo.csr()
+    adj = sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=(topo.n, topo.n))
+    state = _initial_state(topo.n, rng)
+    day0 = date.fromisoformat(start)
+    summary = SimulationSummary(out, topo.name, topo.n, days, dirt={k: 0 for k in DIRT_KINDS})
+    faults: list[dict] = []
+    late_rows: list[str] = []
+    alarm_seq = 0
+    for d in range(days):
+        day = day0 + timedelta(days=d)
+        kpi, alarms, day_faults = _simulate_day(topo, adj, state, rng, day)
+        alarms["alarm_id"] = [f"A{alarm_seq + i:09d}" for i in range(len(alarms))]
+        alarm_seq += len(alarms)
+        faults.extend(day_faults)
+        late_rows = _write_day(out, day.isoformat(), kpi, alarms, rng, dirt, late_rows, d == days - 1, summary)
+        if progress:
+            progress(d + 1, days)
+    summary.faults = len(faults)
+    write_json_atomic(out / "ground_truth.json", _ground_truth(topo, summary, seed, day0.isoformat(), dirt, faults))
+    return summary
+
+
+def _write_day(out: Path, day: str, kpi, alarms, rng, dirt: float, late_in: list[str], last: bool, summary) -> list:
+    """One day's exports with their dirt and its ledger; returns the clean rows held back for tomorrow."""
+    ledger = DirtLedger(day)
+    kpi_lines, late_rows = inject_kpi_dirt(kpi, rng, dirt, ledger, late_in, last_day=last)
+    alarm_lines = inject_alarm_dirt(alarms, rng, dirt, ledger)
+    write_atomic(out / "kpi" / f"kpi_{day}.csv", "\n".join(kpi_lines) + "\n")
+    write_atomic(out / "alarms" / f"alarms_{day}.jsonl", "\n".join(alarm_lines) + "\n")
+    ledger.write(out / "dirt" / f"dirt_{day}.csv")
+    for k, v in ledger.counts.items():
+        summary.dirt[k] += v
+    summary.kpi_rows += len(kpi_lines) - 1
+    summary.alarm_rows += len(alarm_lines)
+    return late_rows
+
+
+def simulate_stage(cfg: WorkloadConfig, out: Path, progress=None) -> dict:
+    """The simulated exports of the workload ``cfg`` in ``out`` and their manifest body."""
+    s = simulate(cfg.topology, cfg.days, cfg.seed, out, cfg.dirt, cfg.start.isoformat(), progress)
+    return {
+        "workload": cfg.model_dump(mode="json"),
+        "rows_out": s.kpi_rows,
+        "alarm_lines": s.alarm_rows,
+        "faults": s.faults,
+        "dirt": s.dirt,
+        "elements": s.elements,
+    }
+
+
+def _simulate_day(
+    topo: Topology, adj: sp.csr_matrix, s: _State, rng: np.random.Generator, day: date
+) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+    n, steps = topo.n, STEPS_PER_DAY
+    t0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    drift = np.zeros((steps, n))
+    down = np.zeros((steps, n), dtype=bool)
+    faults: list[dict] = []
+    alarm_rows: list[tuple[int, int, str, str]] = []
+    for t in range(steps):
+        in_fault = s.fault_left > 0
+        nbr_faults = adj @ in_fault.astype(float)
+        idle = (~in_fault) & (s.rate == 0)
+        p_episode = EPISODE_RATE + CASCADE_EPISODE * nbr_faults
+        new = idle & (rng.random(n) < p_episode)
+        s.rate[new] = 1.0 / rng.uniform(6, 30, new.sum())  # reaches 1.0 in 30 min .. 2.5 h
+        s.cap[new] = np.where(rng.random(new.sum()) < 0.3, rng.uniform(0.3, 0.55, new.sum()), 1.6)
+        active = s.rate > 0
+        s.drift[active] = np.minimum(s.drift[active] + s.rate[active], s.cap[active])
+        fizzled = active & (s.cap < 1) & (s.drift >= s.cap) & (rng.random(n) < 0.05)
+        s.rate[fizzled], s.drift[fizzled] = 0.0, 0.0
+        hazard = BASE_HAZARD + DRIFT_HAZARD * np.clip(s.drift - 0.6, 0, None) + CASCADE_HAZARD * nbr_faults
+        onset = (~in_fault) & (rng.random(n) < hazard)
+        for e in np.flatnonzero(onset):
+            dur = int(rng.integers(3, 13))
+            ts = t0 + timedelta(minutes=STEP_MINUTES * t)
+            faults.append(
+                {
+                    "element_id": topo.element_ids[e],
+                    "start": ts.isoformat().replace("+00:00", "Z"),
+                    "duration_min": dur * STEP_MINUTES,
+                    "precursor_drift": round(float(s.drift[e]), 3),
+                    "faulted_neighbours": int(nbr_faults[e]),
+                }
+            )
+            alarm_rows.append((t, e, "critical", "NODE_DOWN"))
+        s.fault_left[onset] = rng.integers(3, 13, onset.sum())
+        s.drift[onset], s.rate[onset] = 0.0, 0.0
+        ended = in_fault & (s.fault_left == 1)
+        for e in np.flatnonzero(ended):
+            alarm_rows.append((t, e, "cleared", "NODE_UP"))
+        s.fault_left[in_fault] -= 1
+        drift[t] = s.drift
+        down[t] = s.fault_left > 0
+        _precursor_alarms(t, s.drift, rng, alarm_rows)
+    kpi = _kpis(topo, s, rng, drift, down, t0)
+    alarms = _alarm_frame(topo, alarm_rows, t0, rng)
+    return kpi, alarms, faults
+
+
+def _precursor_alarms(t: int, drift: np.ndarray, rng: np.random.Generator, rows: list) -> None:
+    p = 0.08 * drift + 0.002  # precursor alarms grow with drift; a small background of noise
+    hit = np.flatnonzero(rng.random(len(drift)) < p)
+    for e in hit:
+        d = drift[e]
+        if d < 0.05:
+            rows.append((t, e, "warning", "NOISE"))
+        else:
+            sev = "major" if d > 0.8 else ("minor" if d > 0.4 else "warning")
+            kind = ("HIGH_CPU", "HIGH_TEMP", "LINK_DEGRADED", "IF_ERRORS")[int(rng.integers(0, 4))]
+            rows.append((t, e, sev, kind))
+
+
+def _kpis(topo, s: _State, rng, drift, down, t0) -> pd.DataFrame:
+    steps, n = drift.shape
+    hours = (np.arange(steps) * STEP_MINUTES / 60.0)[:, None]
+    diurnal = 0.5 + 0.5 * np.sin(2 * np.pi * (hours - 9) / 24)
+    noise = rng.standard_normal((7, steps, n))
+    traffic = s.base_traffic * (0.4 + 0.9 * diurnal) * (1 + 0.05 * noise[0])
+    traffic = np.where(down, traffic * 0.02, traffic)
+    cpu = s.base_cpu + 20 * diurnal + 35 * drift + 3 * noise[1]
+    mem = 40 + 10 * diurnal + 12 * drift + 2 * noise[2]
+    temp = s.base_temp + 4 * diurnal + 18 * drift + 1.5 * noise[3]
+    latency = s.base_latency * (1 + 0.1 * noise[4] ** 2) + 40 * drift**2 + np.where(down, 400.0, 0.0)
+    loss = np.abs(0.05 * noise[5]) + 2.5 * drift**2 + np.where(down, 60.0, 0.0)
+    errors = rng.poisson(0.3 + 25 * drift**2 + np.where(down, 200.0, 0.0))
+    ts = pd.date_range(t0, periods=steps, freq=f"{STEP_MINUTES}min")
+    return pd.DataFrame(
+        {
+            "timestamp": np.repeat(ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_numpy(), n),
+            "element_id": np.tile(np.array(topo.element_ids), steps),
+            "cpu_util": np.clip(cpu, 0, 100).ravel().round(2),
+            "mem_util": np.clip(mem, 0, 100).ravel().round(2),
+            "temperature_c": np.clip(temp, -20, 120).ravel().round(2),
+            "traffic_gbps": np.clip(traffic, 0, None).ravel().round(3),
+            "latency_ms": np.clip(latency, 0, None).ravel().round(2),
+            "packet_loss_pct": np.clip(loss, 0, 100).ravel().round(3),
+            "if_errors": errors.ravel().astype(np.int64),
+        }
+    )
+
+
+def _alarm_frame(topo, rows, t0, rng) -> pd.DataFrame:
+    rows.sort(key=lambda r: (r[0], r[1]))
+    jitter = rng.integers(0, STEP_MINUTES * 60, len(rows)) if rows else np.zeros(0, dtype=int)
+    ts = [t0 + timedelta(minutes=STEP_MINUTES * t, seconds=int(j)) for (t, *_), j in zip(rows, jitter)]
+    # a fault alarm is stamped at the step of the onset (no jitter) so labels align with KPIs
+    ts = [
+        t0 + timedelta(minutes=STEP_MINUTES * r[0]) if r[3] in ("NODE_DOWN", "NODE_UP") else x for r, x in zip(rows, ts)
+    ]
+    return pd.DataFrame(
+        {
+            "alarm_id": [""] * len(rows),
+            "timestamp": [x.strftime("%Y-%m-%dT%H:%M:%SZ") for x in ts],
+            "element_id": [topo.element_ids[r[1]] for r in rows],
+            "severity": [r[2] for r in rows],
+            "alarm_type": [r[3] for r in rows],
+            "text": [f"{r[3]} on {topo.names[r[1]]}" for r in rows],
+        }
+    )

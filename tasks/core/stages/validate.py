@@ -1,0 +1,218 @@
+"""Validation of the raw exports with Great Expectations 1.x on their Spark DataFrames."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tasks.core.config import ValidateConfig
+from tasks.core.errors import DataRejected, InvariantBroken
+from tasks.core.schema import ALARM_COLUMNS, KPI_COLUMNS
+from tasks.core.stages.raw import CORRUPT, RawLayout, check_files, read_alarms, read_kpi
+from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
+
+SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "DoubleType", "long": "LongType"}
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+def rule_counts(df, rules: list[Rule]) -> dict[str, int]:
+    """Violations per rule over parsed rows, in one Spark pass."""
+    from pyspark.sql import functions as F
+
+    parsed = df.filter(F.col(CORRUPT).isNull())
+    row = parsed.select(*[F.sum(r.violation().cast("long")).alias(r.reason) for r in rules]).first()
+    return {r.reason: int(row[r.reason] or 0) for r in rules}
+
+
+def _suite(context, name: str, expectations: list) -> Any:
+    import great_expectations as gx
+
+    suite = context.suites.add(gx.ExpectationSuite(name=name))
+    for e in expectations:
+        suite.add_expectation(e)
+    return suite
+
+
+def _run_suite(context, source, name: str, expectations: list, df, actions: list) -> dict[str, Any]:
+    import great_expectations as gx
+
+    batch = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("all")
+    suite = _suite(context, name, expectations)
+    vd = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
+    cp = context.checkpoints.add(
+        gx.Checkpoint(
+            name=f"{name}_checkpoint",
+            validation_definitions=[vd],
+            actions=actions,
+            result_format={"result_format": "SUMMARY"},
+        )
+    )
+    result = cp.run(batch_parameters={"dataframe": df})
+    (run_result,) = result.run_results.values()
+    return run_result.to_json_dict() | {"_success": bool(result.success)}
+
+
+def _summarise(result: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for r in result["results"]:
+        cfg = r["expectation_config"]
+        out.append(
+            {
+                "expectation": cfg["type"],
+                "column": cfg["kwargs"].get("column") or cfg["kwargs"].get("column_list"),
+                "reason": (cfg.get("meta") or {}).get("reason"),
+                "success": r["success"],
+                "unexpected_count": (r.get("result") or {}).get("unexpected_count"),
+                "observed_value": (r.get("result") or {}).get("observed_value"),
+            }
+        )
+    return out
+
+
+def _file_expectations(columns) -> list:
+    import great_expectations as gx
+
+    E = gx.expectations
+    return [
+        E.ExpectTableRowCountToBeBetween(min_value=1),
+        E.ExpectTableColumnsToMatchOrderedList(
+            column_list=[c.name for c in columns] + [CORRUPT, "_source_file", "_seq"]
+        ),
+        *[E.ExpectColumnValuesToBeOfType(column=c.name, type_=SPARK_TYPE[c.kind]) for c in columns],
+        E.ExpectColumnValuesToBeNull(column=CORRUPT, meta={"reason": "malformed"}),
+    ]
+
+
+def _row_expectations(rules: list[Rule], key: tuple[str, ...]) -> list:
+    import great_expectations as gx
+
+    E = gx.expectations
+    unique = (
+        E.ExpectCompoundColumnsToBeUnique(column_list=list(key))
+        if len(key) > 1
+        else E.ExpectColumnValuesToBeUnique(column=key[0])
+    )
+    return [*[r.expectation() for r in rules], unique]
+
+
+def _topology_suite(spark, topo) -> tuple[list, Any]:
+    import great_expectations as gx
+
+    E = gx.expectations
+    frame = spark.createDataFrame([(e,) for e in topo.element_ids], "element_id string")
+    exps = [
+        E.ExpectTableRowCountToBeBetween(min_value=1),
+        E.ExpectColumnValuesToNotBeNull(column="element_id"),
+        E.ExpectColumnValuesToBeUnique(column="element_id"),
+    ]
+    return exps, frame
+
+
+def _read_sources(spark, layout: RawLayout) -> tuple[dict[str, Any], dict[str, int]]:
+    """Both sources as cached DataFrames with their row counts; an empty source is rejected."""
+    frames = {"kpi": read_kpi(spark, layout).cache(), "alarms": read_alarms(spark, layout)}
+    counts = {source: df.count() if df is not None else 0 for source, df in frames.items()}
+    for source, rows in counts.items():
+        if rows == 0:
+            where = layout.root / source
+            raise DataRejected(f"{where}: the {source} source is empty (expected at least one row)", file=str(where))
+    frames["alarms"] = frames["alarms"].cache()
+    return frames, counts
+
+
+def _gx_context(out_dir: Path, build_docs: bool):
+    import great_expectations as gx
+
+    context = gx.get_context(mode="file", project_root_dir=str(out_dir))
+    context.variables.progress_bars = {"globally": False, "metric_calculations": False}
+    context.variables.save()
+    actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if build_docs else []
+    return context, context.data_sources.add_spark(name="raw_exports"), actions
+
+
+def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = True) -> dict[str, Any]:
+    """File-level checks, then one GX suite per source; returns the validation summary."""
+    from pyspark.sql import functions as F
+
+    files = check_files(layout)
+    topo = layout.topology()
+    frames, row_counts = _read_sources(spark, layout)
+    rules = {
+        "kpi": kpi_rules(list(topo.element_ids), layout.start, layout.end),
+        "alarms": alarm_rules(list(topo.element_ids), layout.start, layout.end),
+    }
+    context, src, actions = _gx_context(out_dir, build_docs)
+    results, counts = {}, {}
+    for source, df in frames.items():
+        columns = KPI_COLUMNS if source == "kpi" else ALARM_COLUMNS
+        results[f"{source}_file"] = _run_suite(context, src, f"{source}_file", _file_expectations(columns), df, actions)
+        parsed = df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT)
+        row_exps = _row_expectations(rules[source], KEYS[source])
+        results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions)
+        counts[source] = rule_counts(df, rules[source])
+        counts[source]["malformed"] = df.filter(F.col(CORRUPT).isNotNull()).count()
+    results["topology"] = _run_suite(context, src, "topology", *_topology_suite(spark, topo), actions)
+    _cross_check(results, counts)
+    for df in frames.values():
+        df.unpersist()
+    result_path = out_dir / "validation_result.json"
+    result_path.write_text(json.dumps(results, indent=1, default=str))
+    docs = context.get_docs_sites_urls()
+    return {
+        "files": files,
+        "window": {"start": layout.start.isoformat(), "end": layout.end.isoformat()},
+        "rows": row_counts,
+        "violations": counts,
+        "expectations": {name: _summarise(r) for name, r in results.items()},
+        "gx_success": {name: r["_success"] for name, r in results.items()},
+        "topology_ok": results["topology"]["_success"],
+        "result_json": str(result_path),
+        "data_docs": docs[0]["site_url"] if docs else None,
+    }
+
+
+def _cross_check(results: dict[str, Any], counts: dict[str, dict[str, int]]) -> None:
+    """GX's unexpected counts and the Spark rule predicates must agree rule for rule."""
+    for source, by_reason in counts.items():
+        gx_counts = {e["reason"]: e["unexpected_count"] for e in _summarise(results[f"{source}_rows"]) if e["reason"]}
+        gx_counts["malformed"] = next(
+            e["unexpected_count"] for e in _summarise(results[f"{source}_file"]) if e["reason"] == "malformed"
+        )
+        for reason, n in gx_counts.items():
+            if reason in by_reason and n is not None and int(n) != by_reason[reason]:
+                raise InvariantBroken(f"validation disagrees on {source}.{reason}: GX {n}, Spark {by_reason[reason]}")
+
+
+def quarantine_rate(validation: dict[str, Any]) -> float:
+    total = sum(validation["rows"].values())
+    bad = sum(sum(v.values()) for v in validation["violations"].values())
+    return bad / total if total else 0.0
+
+
+DATA_DOCS = "gx/uncommitted/data_docs/local_site/index.html"
+
+
+def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig) -> dict[str, Any]:
+    """The validate stage's output in ``out_dir`` and its manifest body; rejects the run (exit 2) when more
+    rows break the rules than ``validate.max_quarantine_rate`` allows."""
+    summary = run_validation(spark, layout, out_dir, cfg.build_data_docs)
+    rate = quarantine_rate(summary)
+    if rate > cfg.max_quarantine_rate:
+        raise DataRejected(
+            f"{layout.root}: {rate:.1%} of rows break validation rules, above "
+            f"validate.max_quarantine_rate={cfg.max_quarantine_rate:.1%}; violations: {summary['violations']}",
+            file=str(layout.root),
+        )
+    rows = sum(summary["rows"].values())
+    return {
+        "raw": str(layout.root),
+        "rows_in": rows,
+        "rows_out": rows,
+        "rows_quarantined": 0,
+        "quarantine_rate": rate,
+        "data_docs_rel": DATA_DOCS if cfg.build_data_docs else None,
+        **{k: v for k, v in summary.items() if k not in ("result_json", "data_docs")},
+    }

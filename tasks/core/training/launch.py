@@ -1,0 +1,227 @@
+"""Launching the training ranks (Horovod or DDP) from the stage, watching them, and what their history says."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tasks.core.config import TrainConfig
+from tasks.core.ports import free_port
+
+
+class TrainingStalled(RuntimeError):
+    """No rank made progress for ``train.stall_timeout_s``: a rank stuck in a collective or lost. A retry
+    resumes from the last epoch checkpoint, so it may succeed."""
+
+    transient = True
+
+
+class TrainingFailed(RuntimeError):
+    pass
+
+
+def training_spec(
+    engine: str,
+    device: str,
+    cfg: TrainConfig,
+    data: Path,
+    checkpoints: Path,
+    out: Path,
+    fingerprint: str,
+    threads_per_rank: int = 1,
+    profile_steps: int = 5,
+) -> dict[str, Any]:
+    """What every rank reads from ``spec.json``: engine, device, the train section, where data and
+    checkpoints live, the data fingerprint checkpoints must match, and the process that owns the ranks."""
+    return {
+        "engine": engine,
+        "device": device,
+        "train": {**cfg.model_dump(mode="json"), "engine": engine},
+        "data": str(data),
+        "checkpoints": str(checkpoints),
+        "out": str(out),
+        "fingerprint": fingerprint,
+        "threads_per_rank": threads_per_rank,
+        "profile_steps": profile_steps,
+        "owner_pid": os.getpid(),  # the ranks end themselves when this process is gone (no orphans)
+    }
+
+
+def launch_command(cfg: TrainConfig, spec_path: Path, network_interface: str = "lo") -> list[str]:
+    bin_dir = Path(sys.executable).parent
+    worker = [sys.executable, "-m", "tasks.core.training.worker", str(spec_path)]
+    if cfg.engine == "horovod":
+        horovodrun = shutil.which("horovodrun", path=str(bin_dir)) or "horovodrun"
+        # --network-interface lo: the rendezvous and Gloo stay on loopback unless a multi-host run names one
+        hosts = f"localhost:{cfg.num_proc}"
+        return [
+            horovodrun,
+            "-np",
+            str(cfg.num_proc),
+            "-H",
+            hosts,
+            "--gloo",
+            "--network-interface",
+            network_interface,
+        ] + worker
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(cfg.num_proc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        *worker[1:],
+    ]
+
+
+def _pdeathsig():
+    """A pre-exec hook (loaded here, in the parent: the forked child must not import) that asks Linux to
+    SIGKILL the launcher when the stage's process dies, and gives it a process group of its own."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+
+    def hook() -> None:
+        if prctl is not None:
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        os.setsid()
+
+    return hook
+
+
+def launch_training(
+    spec: dict[str, Any],
+    cfg: TrainConfig,
+    work: Path,
+    env: dict[str, str],
+    progress: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
+    """Run the ranks; kill them all and raise if the heartbeat stops for ``stall_timeout_s``."""
+    spec_path = work / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    cmd = launch_command(cfg, spec_path)
+    log_path = work / "train.log"
+    project = str(Path(__file__).resolve().parents[3])
+    full_env = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": project + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": str(spec.get("threads_per_rank", 1)),
+    }
+    beat = work / "heartbeat.json"
+    beat.unlink(missing_ok=True)
+    started = time.time()
+    rows: queue.Queue = queue.Queue()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            text=True,
+            preexec_fn=_pdeathsig(),
+            cwd=project,
+        )
+        (work / "launcher.pid").write_text(str(proc.pid))
+        reader = threading.Thread(target=_pump, args=(proc.stdout, log, rows), daemon=True)
+        reader.start()
+        try:
+            _watch(proc, beat, cfg.stall_timeout_s, started, log_path, rows, progress)
+        except BaseException:
+            kill_tree(proc)
+            raise
+        reader.join(timeout=10)
+        _drain(rows, progress)
+    if proc.returncode != 0:
+        tail = log_path.read_text()[-3000:]
+        raise TrainingFailed(f"training exited with code {proc.returncode}; log {log_path}:\n{tail}")
+    return {"wall_s": time.time() - started, "command": cmd, "log": str(log_path)}
+
+
+def _watch(proc, beat: Path, stall_s: float, started: float, log_path: Path, rows, progress) -> None:
+    """Wait for the launcher; hand each epoch row to ``progress`` in this (the stage's) thread."""
+    last = started
+    while proc.poll() is None:
+        time.sleep(0.2)
+        _drain(rows, progress)
+        if beat.is_file():
+            last = max(last, beat.stat().st_mtime)
+        if time.time() - last > stall_s:
+            raise TrainingStalled(
+                f"training made no progress for {stall_s:.0f} s (a rank is stuck in a collective "
+                f"or lost); all ranks were killed. Log: {log_path}. Over InfiniBand with MPI, the guide's fix "
+                'is HOROVOD_MPI_ARGS="-mca btl ^openib".'
+            )
+
+
+def _drain(rows: queue.Queue, progress) -> None:
+    while True:
+        try:
+            row = rows.get_nowait()
+        except queue.Empty:
+            return
+        if progress is not None:
+            progress(row)
+
+
+def _pump(stream, log, rows: queue.Queue) -> None:
+    """The ranks' output into ``train.log``; epoch rows (``{"progress": ...}`` lines) into ``rows``."""
+    for line in stream:
+        log.write(line)
+        log.flush()
+        i = line.find('{"progress"')
+        if i >= 0:
+            try:
+                rows.put(json.loads(line[i:])["progress"])
+            except (json.JSONDecodeError, KeyError):
+                pass
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher, its process group and every descendant (ranks may start their own groups)."""
+    import psutil
+
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        kids = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=30)
+
+
+def steady_throughput(history: list[dict[str, Any]]) -> dict[str, float]:
+    """Samples/s and the data-wait share over every epoch after the first (the first is warm-up)."""
+    steady = history[1:] or history
+    wait = sum(h["data_wait_s"] for h in steady)
+    compute = sum(h["compute_s"] for h in steady)
+    return {
+        "samples_per_s": sum(h["samples"] for h in steady) / max(1e-9, wait + compute),
+        "data_wait_fraction": wait / max(1e-9, wait + compute),
+        "step_wait_s": wait,
+        "step_compute_s": compute,
+    }

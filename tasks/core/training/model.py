@@ -1,0 +1,119 @@
+"""The fault model: a temporal encoder per element followed by message passing over the topology.
+
+Pure PyTorch (no Horovod, no device decisions): ``x`` is [batch, window, elements, features], the
+adjacency an edge list with row-normalised weights (neighbour mean as gather + index_add_).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class Adjacency:
+    """Row-normalised adjacency as edge lists (target row, source column, weight): neighbour mean as a
+    gather + ``index_add_`` (works on CPU and CUDA alike, no cuSPARSE)."""
+
+    def __init__(self, rows: torch.Tensor, cols: torch.Tensor, weights: torch.Tensor, n: int) -> None:
+        self.rows, self.cols, self.weights, self.n = rows, cols, weights, n
+
+    def to(self, device) -> Adjacency:
+        return Adjacency(self.rows.to(device), self.cols.to(device), self.weights.to(device), self.n)
+
+    def aggregate(self, flat: torch.Tensor) -> torch.Tensor:
+        """flat [n, k] -> [n, k]: for each row, the weighted sum of its neighbours' rows."""
+        out = torch.zeros_like(flat)
+        return out.index_add_(0, self.rows, flat[self.cols] * self.weights[:, None].to(flat.dtype))
+
+
+def normalised_adjacency(indptr: np.ndarray, indices: np.ndarray, n: int) -> Adjacency:
+    """Mean over neighbours: weight 1/degree on every edge of the CSR adjacency."""
+    deg = np.diff(indptr)
+    w = np.repeat(np.divide(1.0, deg, out=np.zeros(len(deg)), where=deg > 0), deg).astype(np.float32)
+    rows = np.repeat(np.arange(n), deg)
+    return Adjacency(
+        torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(indices, dtype=torch.int64), torch.as_tensor(w), n
+    )
+
+
+class GraphLayer(nn.Module):
+    """h' = norm(h + relu(W_self h + W_nbr mean_{j in N(i)} h_j))."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.self_lin = nn.Linear(hidden, hidden)
+        self.nbr_lin = nn.Linear(hidden, hidden, bias=False)
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, h: torch.Tensor, adj: Adjacency) -> torch.Tensor:
+        b, e, d = h.shape
+        flat = h.transpose(0, 1).reshape(e, b * d)  # elements first, so one aggregation serves the batch
+        agg = adj.aggregate(flat.float()).reshape(e, b, d).transpose(0, 1).to(h.dtype)
+        return self.norm(h + torch.relu(self.self_lin(h) + self.nbr_lin(agg)))
+
+
+class FaultGNN(nn.Module):
+    def __init__(self, n_features: int, hidden: int = 32, layers: int = 2) -> None:
+        super().__init__()
+        self.inp = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU())
+        self.temporal = nn.GRU(hidden, hidden, batch_first=True)
+        self.graph = nn.ModuleList(GraphLayer(hidden) for _ in range(layers))
+        self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.config = {"n_features": n_features, "hidden": hidden, "layers": layers}
+
+    def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        b, w, e, f = x.shape
+        h = self.inp(x).permute(0, 2, 1, 3).reshape(b * e, w, -1)
+        _, last = self.temporal(h)
+        local = last[-1].reshape(b, e, -1)
+        g = local
+        for layer in self.graph:
+            g = layer(g, adj)
+        return self.head(torch.cat([local, g], dim=-1)).squeeze(-1)  # [batch, elements] logits
+
+
+def windows_at(x: torch.Tensor, t: torch.Tensor, window: int) -> torch.Tensor:
+    """x [T, E, F], t [B] -> [B, window, E, F] (the window ending at each t), gathered on x's device."""
+    offsets = torch.arange(window - 1, -1, -1, device=x.device)
+    idx = (t[:, None] - offsets[None, :]).clamp_min(0)
+    return x[idx]
+
+
+class ScoringModel(nn.Module):
+    """The model with its topology baked in, for serving: [batch, window, elements, features] -> P(fault)."""
+
+    def __init__(self, model: FaultGNN, adj: Adjacency) -> None:
+        super().__init__()
+        self.model, self.n = model, adj.n
+        self.register_buffer("rows", adj.rows)
+        self.register_buffer("cols", adj.cols)
+        self.register_buffer("weights", adj.weights)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.model(x, Adjacency(self.rows, self.cols, self.weights, self.n)))
+
+
+def load_model(path) -> tuple[FaultGNN, dict]:
+    """A trained model from ``model.pt`` (CPU, eval mode) and its checkpoint record (config, window)."""
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    model = FaultGNN(**ck["config"])
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return model, ck
+
+
+def score_snapshots(
+    model: FaultGNN, x: torch.Tensor, adj: Adjacency, ts, window: int, batch: int = 64, bf16: bool = False
+) -> torch.Tensor:
+    """P(fault) [len(ts), elements] for the snapshots ``ts``, in batches, on ``x``'s device (no grad)."""
+    was_training = model.training
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(ts), batch):
+            t = torch.as_tensor(ts[i : i + batch], device=x.device)
+            with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+                out.append(torch.sigmoid(model(windows_at(x, t, window), adj).float()))
+    model.train(was_training)
+    return torch.cat(out) if out else torch.zeros((0, x.shape[1]), device=x.device)

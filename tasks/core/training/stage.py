@@ -1,0 +1,83 @@
+"""The train stage: dense tensors from the features, the ranks launched and watched, and what they measured."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tasks.core.config import TrainConfig
+from tasks.core.runtime import Runtime
+from tasks.core.topology import Topology
+from tasks.core.training.checkpoint import latest_checkpoint, load_checkpoint
+from tasks.core.training.gpu_monitor import (
+    UtilizationSampler,
+    kernel_busy_fraction,
+    plot_utilization,
+    top_kernels,
+    training_windows,
+)
+from tasks.core.training.launch import launch_training, steady_throughput, training_spec
+from tasks.core.training.tensors import prepare_tensors
+
+
+def _kernel_timeline(out: Path) -> dict[str, Any]:
+    trace = out / "trace.json"
+    if not trace.is_file():
+        return {"kind": None, "file": None, "cuda_kernels": 0, "top_kernels": []}
+    kernels = top_kernels(trace)
+    return {
+        "kind": "torch.profiler chrome trace",
+        "file": "trace.json",
+        "cuda_kernels": len(kernels),
+        "top_kernels": kernels,
+        "kernel_busy_fraction": kernel_busy_fraction(trace),
+    }
+
+
+def train_stage(
+    features_dir: Path,
+    names: list[str],
+    rows_in: int,
+    cfg: TrainConfig,
+    test_fraction: float,
+    rt: Runtime,
+    checkpoints: Path,
+    fingerprint: str,
+    out: Path,
+    progress: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
+    """Train in ``out`` (model.pt, history.json, train.log, data.npz, trace.json, GPU samples); resumes from the
+    newest complete checkpoint in ``checkpoints`` whose data fingerprint matches. Returns the manifest body."""
+    topo = Topology.read(features_dir / "topology.json")
+    data = prepare_tensors(features_dir / "features", topo, names, cfg.window, test_fraction, out / "data.npz")
+    spec = training_spec(
+        cfg.engine, rt.device, cfg, out / "data.npz", checkpoints, out, fingerprint, rt.threads_per_rank
+    )
+    prior = latest_checkpoint(checkpoints, fingerprint)  # a retried or rerun task resumes from here
+    resumed = load_checkpoint(prior)["epoch"] if prior else None
+    with UtilizationSampler(out / "gpu_utilization.csv") as sampler:
+        run = launch_training(spec, cfg, out, rt.launcher_env, progress)
+    utilization = sampler.summary(training_windows(out))
+    timeline = _kernel_timeline(out)
+    if utilization["available"]:
+        utilization["kernel_busy_fraction"] = timeline.get("kernel_busy_fraction")
+        plot_utilization(out / "gpu_utilization.csv", out / "gpu_utilization.png")
+    history = json.loads((out / "history.json").read_text())
+    return {
+        "device": rt.device,
+        "engine": cfg.engine,
+        "num_proc": cfg.num_proc,
+        "rows_in": rows_in,
+        "rows_out": data["rows"],
+        "data": {k: v for k, v in data.items() if k != "feature_names"},
+        "history": history,
+        "samples_per_s": steady_throughput(history)["samples_per_s"],
+        "launch": run,
+        "checkpoints": str(checkpoints),
+        "memory_fraction": cfg.memory_fraction if rt.device == "cuda" else None,
+        "resumed_from_epoch": resumed,
+        "gpu_utilization": utilization,
+        "kernel_timeline": timeline,
+    }

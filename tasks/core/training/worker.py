@@ -1,0 +1,288 @@
+"""One training process (a Horovod or DDP rank). Launched by ``tasks.core.training.launch.launch_training``.
+
+horovodrun -np N -H localhost:N --gloo python -m tasks.core.training.worker SPEC.json
+torchrun --nproc_per_node N -m tasks.core.training.worker SPEC.json
+
+Every distributed line is marked ``[dist]``; the model (``model.py``) knows nothing of Horovod.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tasks.core.metrics import pr_auc
+from tasks.core.store import write_json_atomic
+from tasks.core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tasks.core.training.comm import make_comm
+from tasks.core.training.model import FaultGNN, normalised_adjacency, score_snapshots, windows_at
+from tasks.core.training.profiling import StepProfiler, StepTimer
+
+
+def watch_owner(pid: int | None, every: float = 1.0) -> None:
+    """End this rank when the process that launched the training is gone (SIGKILL, OOM): no orphans."""
+    if not pid:
+        return
+
+    def run() -> None:
+        while True:
+            time.sleep(every)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(137)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=run, daemon=True, name="owner-watch").start()
+
+
+def pick_device(spec: dict, local_rank: int) -> torch.device:
+    if spec["device"] == "cuda":
+        torch.cuda.set_device(local_rank)  # [dist] pin this process to its GPU by local rank
+        # the guide's fix for allocator fragmentation OOMs: cap this process's share of the GPU
+        torch.cuda.set_per_process_memory_fraction(spec["train"]["memory_fraction"], local_rank)
+        return torch.device("cuda", local_rank)
+    torch.set_num_threads(max(1, int(spec.get("threads_per_rank", 1))))
+    return torch.device("cpu")
+
+
+@dataclass
+class Data:
+    """The training tensors, moved to the device once; batches are gathered there (no per-step host copy)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+    adj: Any
+    train_t: np.ndarray
+    val_t: np.ndarray
+    pos_weight: torch.Tensor
+
+    @classmethod
+    def load(cls, path: str, device: torch.device) -> Data:
+        d = np.load(path)
+        x = torch.from_numpy(d["X"]).to(device)
+        train_t = d["train_t"]
+        pos = float((d["y"][train_t] * d["mask"][train_t]).sum())
+        neg = float(d["mask"][train_t].sum()) - pos
+        return cls(
+            x=x,
+            y=torch.from_numpy(d["y"].astype(np.float32)).to(device),
+            mask=torch.from_numpy(d["mask"].astype(np.float32)).to(device),
+            adj=normalised_adjacency(d["indptr"], d["indices"], x.shape[1]).to(device),
+            train_t=train_t,
+            val_t=d["val_t"],
+            pos_weight=torch.tensor(min(50.0, neg / max(pos, 1.0)), device=device),
+        )
+
+
+@dataclass
+class State:
+    """What a checkpoint restores: the epoch to start at, the history so far and the best epoch (rank 0)."""
+
+    start_epoch: int = 0
+    history: list[dict] = field(default_factory=list)
+    best: dict | None = None
+
+
+def resume(comm, spec: dict, model, optimizer, scheduler) -> State:
+    state = State()
+    if comm.rank == 0:  # [dist] only rank 0 reads checkpoints; the state reaches others by broadcast
+        path = latest_checkpoint(Path(spec["checkpoints"]), spec["fingerprint"])
+        if path is not None:
+            ck = load_checkpoint(path)
+            model.load_state_dict(ck["model"])
+            optimizer.load_state_dict(ck["optimizer"])
+            scheduler.load_state_dict(ck["scheduler"])
+            torch.set_rng_state(ck["torch_rng"])
+            np.random.set_state(ck["numpy_rng"])
+            state = State(ck["epoch"] + 1, ck["history"], ck.get("best"))
+    comm.sync(model, optimizer)  # [dist] rank 0's parameters and optimizer state on every rank
+    state.start_epoch = comm.broadcast_object(state.start_epoch)  # [dist] every rank resumes at the same epoch
+    state.history = comm.broadcast_object(state.history)
+    # [dist] the LR schedule's position too, or ranks would step with different learning rates
+    scheduler.load_state_dict(comm.broadcast_object(scheduler.state_dict()))
+    return state
+
+
+def train_epoch(epoch: int, run: dict, timer: StepTimer, profiler: StepProfiler | None) -> tuple[float, float]:
+    """One epoch of this rank's shard; returns (sum of losses, wall-clock start)."""
+    cfg, comm, data, net, optimizer = run["cfg"], run["comm"], run["data"], run["net"], run["optimizer"]
+    order = np.random.default_rng(cfg["seed"] * 1009 + epoch).permutation(data.train_t)
+    per_rank, batch, steps = run["per_rank"], cfg["batch_size"], run["steps"]
+    # [dist] each rank trains on its own shard; the indices go to the device once per epoch
+    shard = torch.as_tensor(order[comm.rank * per_rank : (comm.rank + 1) * per_rank], device=data.x.device)
+    loss_sum = torch.zeros((), device=data.x.device)
+    started = time.time()
+    for step in range(steps):
+        timer.mark(0)
+        tb = shard[step * batch : (step + 1) * batch]
+        xb, yb, mb = windows_at(data.x, tb, cfg["window"]), data.y[tb], data.mask[tb]  # gathered on the device
+        timer.mark(1)
+        with torch.autocast(data.x.device.type, dtype=torch.bfloat16, enabled=run["bf16"]):
+            logits = net(xb, data.adj)
+        per_element = F.binary_cross_entropy_with_logits(
+            logits.float(), yb, pos_weight=data.pos_weight, reduction="none"
+        )
+        loss = (per_element * mb).sum() / mb.sum().clamp_min(1.0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach()  # stays on the device: no sync per step
+        timer.mark(2)
+        if profiler is not None:
+            profiler.step()
+        run["beat"](epoch, step, steps)
+    return float(loss_sum), started
+
+
+def validate(run: dict, row: dict) -> None:
+    data, model = run["data"], run["model"]
+    s = score_snapshots(
+        model, data.x, data.adj, data.val_t, run["cfg"]["window"], run["cfg"]["batch_size"], run["bf16"]
+    )
+    vt = torch.as_tensor(data.val_t, device=data.x.device)
+    m = data.mask[vt].bool()
+    row["val_pr_auc"] = pr_auc(data.y[vt][m].cpu().numpy(), s[m].cpu().numpy())
+
+
+def keep_best(state: State, row: dict, model) -> None:
+    score = -1.0 if math.isnan(row["val_pr_auc"]) else row["val_pr_auc"]
+    if state.best is None or score > state.best["score"]:  # keep the epoch that validates best
+        state.best = {
+            "score": score,
+            "epoch": row["epoch"],
+            "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        }
+
+
+def checkpoint(spec: dict, epoch: int, run: dict, state: State) -> None:
+    cfg = run["cfg"]
+    if (epoch + 1) % cfg["checkpoint_every"] == 0 or epoch == cfg["epochs"] - 1:
+        save_checkpoint(
+            Path(spec["checkpoints"]),
+            epoch,
+            {
+                "model": run["model"].state_dict(),
+                "optimizer": run["optimizer"].state_dict(),
+                "scheduler": run["scheduler"].state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "numpy_rng": np.random.get_state(),
+                "history": state.history,
+                "best": state.best,
+            },
+            spec["fingerprint"],
+        )
+
+
+def heartbeat(path: Path, epochs: int, rank: int):
+    last = [0.0]
+
+    def beat(epoch: int, step: int, steps: int) -> None:
+        if rank == 0 and (time.time() - last[0] > 1.0 or step == steps - 1):
+            write_json_atomic(
+                path, {"epoch": epoch, "step": step + 1, "steps": steps, "epochs": epochs, "time": time.time()}
+            )
+            last[0] = time.time()
+
+    return beat
+
+
+def setup(spec: dict) -> dict:
+    cfg = spec["train"]
+    comm = make_comm(spec["engine"], spec["device"])
+    device = pick_device(spec, comm.local_rank)
+    torch.manual_seed(cfg["seed"])
+    np.random.seed(cfg["seed"])
+    data = Data.load(spec["data"], device)
+    model = FaultGNN(data.x.shape[2], cfg["hidden"], cfg["layers"]).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"] * comm.size)  # [dist] LR scaled by world size
+    net, optimizer = comm.wrap(model, optimizer)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg["epochs"])
+    per_rank = len(data.train_t) // comm.size
+    return {
+        "cfg": cfg,
+        "comm": comm,
+        "data": data,
+        "model": model,
+        "net": net,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "per_rank": per_rank,
+        "steps": max(1, math.ceil(per_rank / cfg["batch_size"])),
+        "bf16": bool(cfg["bf16"] and device.type == "cuda"),
+        "beat": heartbeat(Path(spec["out"]) / "heartbeat.json", cfg["epochs"], comm.rank),
+    }
+
+
+def epoch_row(epoch: int, run: dict, loss_sum: float, started: float, timer: StepTimer) -> dict:
+    comm = run["comm"]
+    wait_s, compute_s = timer.totals()  # synchronises: the epoch's steps are done on the device
+    ended = time.time()
+    run["scheduler"].step()
+    return {
+        "epoch": epoch,
+        "train_loss": comm.mean(loss_sum / run["steps"]),  # [dist] averaged over ranks
+        "lr": run["scheduler"].get_last_lr()[0],
+        "data_wait_s": comm.mean(wait_s),
+        "compute_s": comm.mean(compute_s),
+        "samples": run["per_rank"] * comm.size,
+        "t_start": started,  # wall clock of the epoch's training steps (for GPU utilization windows)
+        "t_end": ended,
+    }
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    watch_owner(spec.get("owner_pid"))
+    run = setup(spec)
+    comm, out_dir = run["comm"], Path(spec["out"])
+    state = resume(comm, spec, run["model"], run["optimizer"], run["scheduler"])
+    timer = StepTimer(run["data"].x.device)
+    profiler = None
+    if comm.rank == 0:
+        profiler = StepProfiler(
+            run["data"].x.device, out_dir / "trace.json", run["steps"], spec.get("profile_steps", 5)
+        )
+    for epoch in range(state.start_epoch, run["cfg"]["epochs"]):
+        loss_sum, started = train_epoch(epoch, run, timer, profiler if epoch == state.start_epoch else None)
+        if profiler is not None and epoch == state.start_epoch:
+            profiler.finish()
+        row = epoch_row(epoch, run, loss_sum, started, timer)
+        if comm.rank == 0:  # [dist] only rank 0 evaluates, logs and checkpoints
+            validate(run, row)
+            state.history.append(row)
+            keep_best(state, row, run["model"])
+            checkpoint(spec, epoch, run, state)
+            print(json.dumps({"progress": row}), flush=True)
+    if comm.rank == 0:
+        best = state.best
+        weights = best["model"] if best and best.get("model") else run["model"].state_dict()
+        torch.save(
+            {
+                "model": weights,
+                "config": run["model"].config,
+                "window": run["cfg"]["window"],
+                "best_epoch": best["epoch"] if best else None,
+            },
+            out_dir / "model.pt",
+        )
+        write_json_atomic(out_dir / "history.json", state.history, indent=None)
+    comm.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

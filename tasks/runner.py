@@ -1,0 +1,99 @@
+"""What every stage task shares: the retry policy, and showing a stage's result in Prefect (state, logs, table).
+
+The store protocol itself (fingerprint, cache, staging, manifest, publish) is ``tasks.core.store.run_stage``;
+a stage task is the stage's own lines around it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.tasks import exponential_backoff
+
+from tasks.core.errors import is_transient
+from tasks.core.store import StageResult
+
+RETRIES = 2
+
+
+def retry_transient(task, task_run, state) -> bool:
+    """Retry only what can succeed on retry (``tasks.core.errors.is_transient``): everything else fails at once."""
+    try:
+        state.result()
+    except Exception as exc:
+        return is_transient(exc)
+    return False
+
+
+TASK_OPTIONS: dict[str, Any] = {
+    "retries": RETRIES,
+    "retry_delay_seconds": exponential_backoff(backoff_factor=2),
+    "retry_jitter_factor": 0.5,
+    "retry_condition_fn": retry_transient,
+}
+
+
+def store_root(root: str) -> Path:
+    return Path(root).resolve() / "store"
+
+
+def logger():
+    try:
+        return get_run_logger()
+    except Exception:  # called outside a run (tests, the CLI's own checks)
+        import logging
+
+        return logging.getLogger("faultline")
+
+
+def finish_stage(result: StageResult, details: dict[str, Any] | None = None) -> StageResult:
+    """Log the stage's figures to the run's log and show its table as an artifact."""
+    log = logger()
+    what = "reused (cached)" if result.cached else f"computed in {result.get('seconds', 0):.1f} s"
+    log.info(
+        "%s %s: rows in %s, out %s, quarantined %s -> %s",
+        result.stage,
+        what,
+        result.get("rows_in"),
+        result.get("rows_out"),
+        result.get("rows_quarantined", 0),
+        result.path,
+    )
+    publish_stage_artifact(result, details)
+    return result
+
+
+def publish_stage_artifact(result: StageResult, details: dict[str, Any] | None = None) -> None:
+    rows = "\n".join(
+        f"| {k} | {v} |"
+        for k, v in {
+            "status": "cached (skipped)" if result.cached else "computed",
+            "rows in": result.get("rows_in"),
+            "rows out": result.get("rows_out"),
+            "rows quarantined": result.get("rows_quarantined"),
+            "seconds": result.get("seconds"),
+            "output": f"`{result.path}`",
+            "fingerprint": f"`{result.fingerprint}`",
+            **(details or {}),
+        }.items()
+        if v is not None
+    )
+    md = f"## Stage `{result.stage}`\n\n| | |\n|---|---|\n{rows}\n"
+    publish_markdown(f"stage-{result.stage}", md, f"Faultline {result.stage} stage")
+
+
+def publish_markdown(key: str, markdown: str, description: str) -> None:
+    try:
+        create_markdown_artifact(key=key, markdown=markdown, description=description)
+    except Exception as exc:  # artifacts are a view; a failure to show one must not fail the run
+        logger().warning("could not create markdown artifact %s: %s", key, exc)
+
+
+def publish_table(key: str, rows: list[dict[str, Any]], description: str) -> None:
+    try:
+        create_table_artifact(key=key, table=rows, description=description)
+    except Exception as exc:
+        logger().warning("could not create table artifact %s: %s", key, exc)

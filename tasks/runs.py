@@ -1,0 +1,55 @@
+"""A pipeline run's own bookkeeping: finding earlier runs that died, and the links a finished run shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+
+from tasks.core.config import FaultlineConfig
+from tasks.core.runs import dead_runs, mark_crashed
+from tasks.runner import TASK_OPTIONS, logger, publish_markdown
+from tasks.tracking import tracker_for
+
+
+def _prefect_crash(flow_run_id: str, reason: str) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(flow_run_id)
+        if run.state is not None and run.state.is_final():
+            return run.state.type.value
+        client.set_flow_run_state(flow_run_id, Crashed(message=f"heartbeat lost: {reason}"), force=True)
+        return client.read_flow_run(flow_run_id).state.type.value
+
+
+@task(name="recover-crashed-runs", **TASK_OPTIONS)
+def recover_crashed_runs(cfg: FaultlineConfig, root: Path) -> list[dict[str, Any]]:
+    """Mark earlier runs over this store that died without finishing as crashed (Prefect + MLflow)."""
+    found = [
+        mark_crashed(e, _prefect_crash, lambda run_id: tracker_for(cfg).end_run(run_id, "KILLED"))
+        for e in dead_runs(root / "runs")
+    ]
+    for f in found:
+        logger().warning(
+            "marked crashed: flow run %s (%s); Prefect state %s", f["flow_run_id"], f["reason"], f.get("prefect_state")
+        )
+    return found
+
+
+def publish_links(summary: dict[str, Any]) -> None:
+    """The run's links: the MLflow run, the GX Data Docs, the registered model."""
+    uri = str(summary.get("tracking_uri") or "")
+    run = summary.get("mlflow_run_id")
+    if uri.startswith("http"):
+        mlflow = f"[MLflow run {run}]({uri.rstrip('/')}/#/experiments/{summary.get('experiment_id')}/runs/{run})"
+    else:
+        mlflow = f"MLflow run `{run}` in `{uri}` (browse: `mlflow ui --backend-store-uri {uri}`)"
+    lines = ["## Faultline run", "", f"- status: **{summary['status']}**", f"- {mlflow}"]
+    if summary.get("data_docs"):
+        lines.append(f"- GX Data Docs: `{summary['data_docs']}`")
+    if summary.get("registered_model"):
+        lines.append(f"- registered model `{summary['registered_model']}`")
+    publish_markdown("run-links", "\n".join(lines) + "\n", "MLflow and GX links")

@@ -1,0 +1,90 @@
+"""The bad-input corpus: each file-level failure stops the run naming the file and the column."""
+
+import shutil
+
+import pytest
+
+from tasks.core.errors import DataRejected
+from tasks.core.stages.raw import check_files, discover
+from tasks.core.stages.simulate import simulate
+
+
+@pytest.fixture()
+def raw(tmp_path):
+    out = tmp_path / "raw"
+    simulate("topozoo/Abilene", 2, 1, out)
+    return out
+
+
+def _kpi(raw):
+    return raw / "kpi" / "kpi_2026-01-05.csv"
+
+
+def test_clean_export_passes(raw):
+    assert check_files(discover(raw))["kpi_files"] == 2
+
+
+def test_missing_column(raw):
+    p = _kpi(raw)
+    lines = p.read_text().splitlines()
+    p.write_text("\n".join(",".join(line.split(",")[:-1]) for line in lines) + "\n")
+    with pytest.raises(DataRejected, match=r"kpi_2026-01-05\.csv.*missing column\(s\) \['if_errors'\]") as e:
+        check_files(discover(raw))
+    assert e.value.column == "if_errors"
+
+
+def test_renamed_column(raw):
+    p = _kpi(raw)
+    p.write_text(p.read_text().replace("latency_ms", "latency", 1))
+    with pytest.raises(
+        DataRejected, match=r"missing column\(s\) \['latency_ms'\]; unexpected column\(s\) \['latency'\]"
+    ):
+        check_files(discover(raw))
+
+
+def test_wrong_type_across_a_column(raw):
+    p = _kpi(raw)
+    lines = p.read_text().splitlines()
+    out = [lines[0]] + [",".join(f[:2] + ["high"] + f[3:]) for f in (line.split(",") for line in lines[1:])]
+    p.write_text("\n".join(out) + "\n")
+    with pytest.raises(DataRejected, match=r"column 'cpu_util' has the wrong type.*not double.*'high'") as e:
+        check_files(discover(raw))
+    assert e.value.file.endswith("kpi_2026-01-05.csv")
+
+
+def test_undecodable_bytes(raw):
+    p = _kpi(raw)
+    p.write_bytes(p.read_bytes()[:200] + b"\xff\xfe\x00" + p.read_bytes()[200:])
+    with pytest.raises(DataRejected, match=r"kpi_2026-01-05\.csv: undecodable bytes at byte offset 200"):
+        check_files(discover(raw))
+
+
+def test_empty_file_and_header_only(raw):
+    _kpi(raw).write_text("")
+    with pytest.raises(DataRejected, match="empty file"):
+        check_files(discover(raw))
+    _kpi(raw).write_text(
+        "timestamp,element_id,cpu_util,mem_util,temperature_c,traffic_gbps,latency_ms,packet_loss_pct,if_errors\n"
+    )
+    with pytest.raises(DataRejected, match="no KPI rows after the header"):
+        check_files(discover(raw))
+
+
+def test_unparsable_alarm_file(raw):
+    (raw / "alarms" / "alarms_2026-01-06.jsonl").write_text("this is not json\nnor this\n")
+    with pytest.raises(DataRejected, match=r"alarms_2026-01-06\.jsonl: none of the first lines is a JSON object"):
+        check_files(discover(raw))
+
+
+def test_alarm_field_missing(raw):
+    p = raw / "alarms" / "alarms_2026-01-05.jsonl"
+    p.write_text(p.read_text().replace('"severity"', '"sev"'))
+    with pytest.raises(DataRejected, match="field 'severity' missing from every record") as e:
+        check_files(discover(raw))
+    assert e.value.column == "severity"
+
+
+def test_no_kpi_source(raw):
+    shutil.rmtree(raw / "kpi")
+    with pytest.raises(DataRejected, match="no KPI exports found"):
+        discover(raw)

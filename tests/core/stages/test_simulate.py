@@ -1,0 +1,66 @@
+import csv
+import json
+
+import pytest
+
+from tasks.core.stages.simulate import simulate
+from tasks.core.topology import TopologyError, load_topology
+
+
+def _read(p):
+    return p.read_bytes()
+
+
+def test_real_topology_and_csr():
+    topo = load_topology("topozoo/Abilene")
+    assert topo.n == 11 and len(topo.edges) == 14
+    indptr, indices = topo.csr()
+    assert indptr[-1] == 2 * len(topo.edges) and set(indices) <= set(range(topo.n))
+
+
+def test_unknown_topology_is_named():
+    with pytest.raises(TopologyError, match="topozoo/Nowhere"):
+        load_topology("topozoo/Nowhere")
+
+
+def test_deterministic_for_a_seed(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    simulate("topozoo/Abilene", 2, 5, a, dirt=0.05)
+    simulate("topozoo/Abilene", 2, 5, b, dirt=0.05)
+    simulate("topozoo/Abilene", 2, 6, c, dirt=0.05)
+    for rel in ("kpi/kpi_2026-01-06.csv", "alarms/alarms_2026-01-05.jsonl", "ground_truth.json"):
+        assert _read(a / rel) == _read(b / rel)
+    assert _read(a / "kpi/kpi_2026-01-05.csv") != _read(c / "kpi/kpi_2026-01-05.csv")
+
+
+def test_layout_row_counts_and_dirt_ledger(tmp_path):
+    s = simulate("topozoo/Abilene", 3, 3, tmp_path, dirt=0.05)
+    truth = json.loads((tmp_path / "ground_truth.json").read_text())
+    assert sorted(p.name for p in (tmp_path / "kpi").iterdir()) == [
+        "kpi_2026-01-05.csv",
+        "kpi_2026-01-06.csv",
+        "kpi_2026-01-07.csv",
+    ]
+    lines = sum(len(p.read_text().splitlines()) - 1 for p in (tmp_path / "kpi").glob("*.csv"))
+    assert lines == truth["kpi_rows_written"] == s.kpi_rows
+    # every sample once, plus one extra line per injected duplicate
+    assert lines == 11 * 288 * 3 + truth["dirt_rows"]["duplicate"]
+    ledger = [r for p in sorted((tmp_path / "dirt").glob("*.csv")) for r in csv.DictReader(open(p))]
+    counts = {}
+    for r in ledger:
+        counts[r["kind"]] = counts.get(r["kind"], 0) + 1
+    assert counts == {k: v for k, v in truth["dirt_rows"].items() if v}
+    assert all(truth["dirt_rows"][k] > 0 for k in ("null", "out_of_range", "malformed", "duplicate"))
+    # the ledger points at the exact line
+    for r in ledger[:50]:
+        if r["source"] == "kpi" and r["kind"] in ("null", "out_of_range"):
+            line = (tmp_path / r["file"]).read_text().splitlines()[int(r["line"]) - 1]
+            assert line.startswith(f"{r['timestamp']},{r['element_id']},")
+
+
+def test_faults_cascade_along_links(tmp_path):
+    simulate("topozoo/Geant2012", 4, 1, tmp_path)
+    faults = json.loads((tmp_path / "ground_truth.json").read_text())["faults"]
+    assert len(faults) > 10
+    assert any(f["faulted_neighbours"] > 0 for f in faults)
+    assert sum(f["precursor_drift"] > 0.6 for f in faults) > len(faults) / 2  # most faults have precursors

@@ -1,0 +1,70 @@
+"""The model's shapes, scoring, and the checkpoint round trip (pure PyTorch, CPU)."""
+
+import numpy as np
+import torch
+
+from tasks.core.topology import load_topology
+from tasks.core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tasks.core.training.model import (
+    FaultGNN,
+    ScoringModel,
+    load_model,
+    normalised_adjacency,
+    score_snapshots,
+    windows_at,
+)
+
+
+def _adj():
+    topo = load_topology("topozoo/Abilene")
+    indptr, indices = topo.csr()
+    return topo, normalised_adjacency(indptr, indices, topo.n)
+
+
+def test_shapes_and_neighbour_mean():
+    topo, adj = _adj()
+    x = torch.randn(10, topo.n, 7)  # [T, E, F]
+    w = windows_at(x, torch.tensor([0, 5, 9]), 4)
+    assert w.shape == (3, 4, topo.n, 7)
+    assert torch.equal(w[1, -1], x[5]) and torch.equal(w[0, 0], x[0])  # clamped at the start
+    model = FaultGNN(7, hidden=8, layers=2)
+    assert model(w, adj).shape == (3, topo.n)
+    flat = torch.randn(topo.n, 3)
+    agg = adj.aggregate(flat)
+    i = 0
+    nbrs = topo.csr()[1][topo.csr()[0][i] : topo.csr()[0][i + 1]]
+    torch.testing.assert_close(agg[i], flat[nbrs].mean(0))
+
+
+def test_scoring_is_a_probability_and_matches_the_serving_model():
+    topo, adj = _adj()
+    torch.manual_seed(0)
+    x = torch.randn(12, topo.n, 5)
+    model = FaultGNN(5, hidden=8, layers=1)
+    scores = score_snapshots(model, x, adj, np.arange(3, 12), 3, batch=4)
+    assert scores.shape == (9, topo.n) and ((scores >= 0) & (scores <= 1)).all()
+    serving = ScoringModel(model, adj).eval()
+    torch.testing.assert_close(serving(windows_at(x, torch.arange(3, 12), 3)), scores)
+
+
+def test_checkpoint_round_trip_and_newest_complete(tmp_path):
+    model = FaultGNN(5, hidden=8, layers=1)
+    for epoch in (0, 1):
+        save_checkpoint(tmp_path, epoch, {"model": model.state_dict(), "history": [epoch]}, "fp")
+    (tmp_path / "epoch_0002.pt").write_bytes(b"half")  # a write that never completed: no marker
+    path = latest_checkpoint(tmp_path, "fp")
+    assert path.name == "epoch_0001.pt" and latest_checkpoint(tmp_path, "other-fp") is None
+    state = load_checkpoint(path)
+    assert state["epoch"] == 1 and state["history"] == [1]
+    restored = FaultGNN(5, hidden=8, layers=1)
+    restored.load_state_dict(state["model"])
+    for a, b in zip(model.state_dict().values(), restored.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_load_model_reads_what_the_worker_writes(tmp_path):
+    model = FaultGNN(5, hidden=8, layers=1)
+    torch.save({"model": model.state_dict(), "config": model.config, "window": 3, "best_epoch": 0}, tmp_path / "m.pt")
+    loaded, ck = load_model(tmp_path / "m.pt")
+    assert ck["window"] == 3 and not loaded.training
+    assert loaded.config == {"n_features": 5, "hidden": 8, "layers": 1}

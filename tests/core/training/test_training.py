@@ -1,0 +1,152 @@
+"""Horovod and DDP on 2 CPU processes: same results, resume after SIGKILL, a stalled rank times out, no orphans."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from tasks.core.config import load_config
+from tasks.core.stages.features import feature_names
+from tasks.core.topology import Topology
+from tasks.core.training.launch import TrainingStalled, launch_command, launch_training, training_spec
+from tasks.core.training.tensors import prepare_tensors
+from tests.helpers import REPO
+
+pytestmark = [pytest.mark.horovod, pytest.mark.spark]
+SETTINGS = ["train.epochs=4", "train.batch_size=8", "train.hidden=8", "train.window=4", "train.num_proc=2"]
+
+
+@pytest.fixture(scope="module")
+def data(tiny_features, tmp_path_factory):
+    cfg = load_config("local", SETTINGS)
+    out = tmp_path_factory.mktemp("tensors") / "data.npz"
+    topo = Topology.read(tiny_features / "topology.json")
+    prepare_tensors(tiny_features / "features", topo, feature_names(cfg.features), cfg.train.window, 0.25, out)
+    return out
+
+
+def _spec(cfg, data, work, engine):
+    return training_spec(engine, "cpu", cfg.train, data, work / "ckpt", work, "test-fp")
+
+
+def _train(data, work, engine="horovod", extra=()):
+    work.mkdir(parents=True, exist_ok=True)
+    cfg = load_config("local", [*SETTINGS, f"train.engine={engine}", *extra])
+    launch_training(_spec(cfg, data, work, engine), cfg.train, work, {})
+    return json.loads((work / "history.json").read_text())
+
+
+def test_horovod_and_ddp_agree(data, tmp_path):
+    hvd = _train(data, tmp_path / "hvd", "horovod")
+    ddp = _train(data, tmp_path / "ddp", "ddp")
+    assert [h["epoch"] for h in hvd] == [0, 1, 2, 3]
+    np.testing.assert_allclose([h["train_loss"] for h in hvd], [h["train_loss"] for h in ddp], rtol=1e-6)
+    np.testing.assert_allclose([h["val_pr_auc"] for h in hvd], [h["val_pr_auc"] for h in ddp], rtol=1e-6)
+    assert hvd[-1]["train_loss"] < hvd[0]["train_loss"]  # it learns
+
+
+def test_resume_after_sigkill_matches_uninterrupted(data, tmp_path):
+    reference = _train(data, tmp_path / "ref")
+    work = tmp_path / "killed"
+    work.mkdir()
+    cfg = load_config("local", SETTINGS)
+    (work / "spec.json").write_text(json.dumps(_spec(cfg, data, work, "horovod")))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        launch_command(cfg.train, work / "spec.json"),
+        start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while not (work / "ckpt" / "epoch_0000.done").exists():
+        assert time.time() < deadline and proc.poll() is None, "training never reached its first checkpoint"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-epoch 1: every rank and the launcher die at once
+    proc.wait()
+    assert not (work / "history.json").exists()
+    resumed = _train(data, work)
+    assert resumed[0]["epoch"] == 0 and len(resumed) == 4
+    np.testing.assert_allclose([h["train_loss"] for h in resumed], [h["train_loss"] for h in reference], rtol=1e-6)
+    np.testing.assert_allclose(resumed[-1]["val_pr_auc"], reference[-1]["val_pr_auc"], rtol=1e-6)
+
+
+def _procs(work, ranks_only: bool = False) -> list[psutil.Process]:
+    """Every live process whose command line names this training's spec (ranks, shells, launcher)."""
+    spec = str(work / "spec.json")
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            line = " ".join(p.info["cmdline"] or [])
+            if spec in line and p.info["status"] != psutil.STATUS_ZOMBIE:
+                if not ranks_only or p.info["cmdline"][1:3] == ["-m", "tasks.core.training.worker"]:
+                    out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
+def _ranks(work) -> list[psutil.Process]:
+    return _procs(work, ranks_only=True)
+
+
+def test_stalled_rank_ends_with_clear_error(data, tmp_path):
+    """A rank that stops (SIGSTOP: a hung NIC, a swapped-out process) blocks the collective; the stage notices
+    the silent heartbeat, kills every rank and says so."""
+    import threading
+
+    work = tmp_path / "stall"
+
+    def stop_rank_1() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            for p in _ranks(work):
+                if p.environ().get("HOROVOD_RANK") == "1" and (work / "heartbeat.json").exists():
+                    p.send_signal(signal.SIGSTOP)
+                    return
+            time.sleep(0.1)
+
+    threading.Thread(target=stop_rank_1, daemon=True).start()
+    started = time.time()
+    with pytest.raises(TrainingStalled, match="no progress for 12 s"):
+        _train(data, work, extra=["train.stall_timeout_s=12", "train.epochs=200"])
+    assert time.time() - started < 90
+    time.sleep(1)
+    assert _procs(work) == [], "a stalled run left processes behind"
+
+
+def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
+    """SIGKILL of the process that launched training (not its group): the launcher and every rank die too."""
+    work = tmp_path / "orphans"
+    work.mkdir()
+    driver = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from tasks.core.config import load_config
+        from tasks.core.training.launch import launch_training, training_spec
+        cfg = load_config("local", {[*SETTINGS, "train.epochs=200"]!r})
+        work = Path({str(work)!r})
+        spec = training_spec("horovod", "cpu", cfg.train, Path({str(data)!r}), work / "ckpt", work, "orphan-fp")
+        launch_training(spec, cfg.train, work, {{}})
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, stdout=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (work / "ckpt" / "epoch_0000.done").exists():
+        assert time.time() < deadline and proc.poll() is None, "training never reached its first checkpoint"
+        time.sleep(0.05)
+    assert len(_ranks(work)) == 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 5
+    while _procs(work) and time.time() < deadline:
+        time.sleep(0.1)
+    assert _procs(work) == [], f"orphans left: {[(p.pid, p.cmdline()[:4]) for p in _procs(work)]}"
