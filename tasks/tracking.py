@@ -12,6 +12,7 @@ from prefect import task
 
 from tasks.core.config import FaultlineConfig
 from tasks.core.runtime import Runtime
+from tasks.core.secrets import redact, redact_text
 from tasks.core.stages.evaluate import summary_metrics
 from tasks.core.store import StageResult, code_version
 from tasks.core.tracking import Tracker, tracking_uri
@@ -78,8 +79,8 @@ def start_tracking(cfg: FaultlineConfig, rt: Runtime, flow_run_id: str | None, w
     )
     tr.log_params(run_id, cfg.flat())
     work.mkdir(parents=True, exist_ok=True)
-    (work / "config.json").write_text(json.dumps(cfg.as_dict(), indent=1))
-    (work / "environment.json").write_text(json.dumps(_environment(rt), indent=1, default=str))
+    (work / "config.json").write_text(json.dumps(redact(cfg.as_dict()), indent=1))
+    (work / "environment.json").write_text(json.dumps(redact(_environment(rt)), indent=1, default=str))
     tr.log_artifact(run_id, work / "config.json", "profile")
     tr.log_artifact(run_id, work / "environment.json", "environment")
     return run_id
@@ -172,7 +173,7 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]
     tr.set_tags(run_id, tags)
     return {
         "mlflow_run_id": run_id,
-        "tracking_uri": tr.uri,
+        "tracking_uri": redact_text(tr.uri),
         "experiment_id": tr.experiment_id,
         "registered_model": tags.get("registered_model"),
     }

@@ -8,7 +8,8 @@ PY=$(cd "$(dirname "$1")" && pwd)/$(basename "$1"); SDIST=$(cd "$(dirname "$2")"
 HVD_VERSION=0.28.1
 read -r TORCH_VERSION PYV < <("$PY" -c 'import sys, torch; print(torch.__version__.split("+")[0], "%d%d" % sys.version_info[:2])')
 CACHE=${FAULTLINE_CACHE:-$HOME/.cache/faultline}
-WHEELS="$CACHE/wheels/horovod-$HVD_VERSION-$MODE-py$PYV-torch-$TORCH_VERSION"
+SRC=$(sha256sum "$SDIST" | cut -c1-12)  # the patched sources are part of the key
+WHEELS="$CACHE/wheels/horovod-$HVD_VERSION-$SRC-$MODE-py$PYV-torch-$TORCH_VERSION"
 mkdir -p "$WHEELS"
 existing=$(ls "$WHEELS"/horovod-*.whl 2>/dev/null | head -n1 || true)
 if [ -n "$existing" ]; then echo "$existing"; exit 0; fi

@@ -141,7 +141,7 @@ def _resolved(target: Target, requirements_txt: str, dest: Path) -> list[str]:
 
 def horovod_sdist(dest: Path) -> Path:
     """Horovod's sdist with the fixes it needs on PyTorch >= 2.1 and GCC 13: C++17 and ``#include <string>``."""
-    out = dest / f"horovod-{HOROVOD}-patched.tar.gz"
+    out = dest / f"horovod-{HOROVOD}-patched-2.tar.gz"  # -2: the loopback bind
     if out.is_file():
         return out
     dest.mkdir(parents=True, exist_ok=True)
@@ -155,6 +155,10 @@ def horovod_sdist(dest: Path) -> Path:
         gt = src / "horovod" / "common" / "group_table.h"
         if "#include <string>" not in gt.read_text():
             gt.write_text("#include <string>\n#include <cstdint>\n" + gt.read_text())
+        # horovodrun's rendezvous and services bind every interface (''); bind loopback unless told otherwise
+        net = src / "horovod" / "runner" / "util" / "network.py"
+        bind = "addr = (os.environ.get('HOROVOD_BIND_ADDRESS', '127.0.0.1'), port)"
+        net.write_text("import os\n" + net.read_text().replace("addr = ('', port)", bind))
         with tarfile.open(out.with_suffix(".partial"), "w:gz") as t:
             t.add(src, arcname=src.name)
         out.with_suffix(".partial").rename(out)

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
+from .secrets import redact
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "deployments" / "profiles"
 PROFILES = ("local", "gpu", "dgx")
@@ -109,6 +110,8 @@ class TrainConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     memory_fraction: float = Field(0.8, gt=0, le=1)
     bf16: bool = True
+    network_interface: str = Field("lo", description="Horovod's NIC for Gloo; a multi-host run names its NIC")
+    bind_address: str = Field("127.0.0.1", description="where horovodrun's rendezvous listens (multi-host: 0.0.0.0)")
 
 
 class EvaluateConfig(_Section):
@@ -169,8 +172,8 @@ class FaultlineConfig(_Section):
         return self.model_dump(mode="json", by_alias=True)
 
     def flat(self) -> dict[str, str]:
-        """Flattened ``section.key`` -> value, for MLflow params."""
-        return flatten(self.as_dict())
+        """Flattened ``section.key`` -> value, for MLflow params (secrets masked)."""
+        return flatten(redact(self.as_dict()))
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:

@@ -21,6 +21,7 @@ from typing import Any
 from .config import FaultlineConfig, FeaturesConfig, IngestConfig, TrainConfig
 from .errors import ConfigError
 from .probes import java_home
+from .secrets import resolve
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         conf["spark.eventLog.dir"] = event_log_dir.resolve().as_uri()
     if cfg.rapids_jar:
         conf.update(_rapids_conf(cfg, hw))
-    conf.update(cfg.extra_conf)
+    # ${env:NAME} placeholders read here, where Spark needs them: the config and its records hold no secret
+    conf.update({k: resolve(v, f"ingest.extra_conf[{k!r}]") for k, v in cfg.extra_conf.items()})
     return conf
 
 
@@ -295,7 +297,7 @@ def train_device(cfg: TrainConfig, hw: Hardware) -> str:
 
 
 def horovod_env(cfg: TrainConfig, device: str) -> dict[str, str]:
-    env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(cfg.stall_timeout_s))}
+    env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(cfg.stall_timeout_s)), "HOROVOD_BIND_ADDRESS": cfg.bind_address}
     if device == "cuda":  # NVLink multicast stays off (hosts shared with others; see README)
         env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     return env

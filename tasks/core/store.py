@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvariantBroken
+from .secrets import redact
 
 MANIFEST = "_manifest.json"
 _CODE_DIRS = ("tasks/core", "gpu_kernels")
@@ -237,7 +238,7 @@ def manifest_header(stage: str, inputs: Mapping[str, str], config: Any, seconds:
     return {
         "stage": stage,
         "input_fingerprints": dict(inputs),
-        "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else config,
+        "config": redact(config.model_dump(mode="json") if hasattr(config, "model_dump") else config),
         "code_version": code_version(),
         "seconds": round(seconds, 3),
     }

@@ -8,13 +8,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .secrets import resolve
+
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
 
 def tracking_uri(configured: str | None, root: Path) -> str:
-    if configured:
-        return configured
+    if configured:  # credentials: ${env:...} placeholders, or MLflow's MLFLOW_TRACKING_USERNAME / _PASSWORD
+        return resolve(configured, "mlflow.tracking_uri")
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{root / 'mlflow.db'}"

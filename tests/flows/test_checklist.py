@@ -11,20 +11,10 @@ import pytest
 
 from tasks.core.checklist import checks as cl
 from tasks.core.checklist import report as rep
+from tests.core.checklist.test_checks import SCALING
 from tests.helpers import faultline, last_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
-
-SCALING = {
-    "device": "cpu",
-    **{
-        stage: {
-            mode: {"points": [{"workers": 1, "efficiency": 1.0}, {"workers": 2, "efficiency": 0.9}]}
-            for mode in ("strong", "weak")
-        }
-        for stage in ("features", "train")
-    },
-}
 
 
 @pytest.fixture(scope="module")

@@ -111,3 +111,20 @@ def test_unknown_topology_is_rejected_before_anything_starts(tmp_path):
     assert proc.returncode == 2 and "unknown topology 'topozoo/Nowhere'" in proc.stderr
     assert time.time() - started < 10 and "Traceback" not in proc.stderr
     assert not (tmp_path / "mlflow.db").exists()  # no MLflow run was opened
+
+
+def test_refresh_train_retrains_from_scratch(first_run):
+    """Issue 17 item 7: with intact checkpoints, --refresh train trains every epoch again and replaces the output."""
+    import json
+
+    root, summary, _ = first_run
+    before = json.loads(Path(summary["stages"]["train"]["output"], "_manifest.json").read_text())
+    proc = faultline("run", *SMALL, "--set", f"paths.root={root}", "--refresh", "train", "--json", root=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = last_json(proc.stdout)
+    assert again["stages"]["train"]["cached"] is False and again["stages"]["features"]["cached"] is True
+    after = json.loads(Path(again["stages"]["train"]["output"], "_manifest.json").read_text())
+    assert after["resumed_from_epoch"] is None and len(after["history"]) == 2
+    assert (
+        after["written_at"] >= before["written_at"] and after["history"][0]["t_start"] > before["history"][-1]["t_end"]
+    )

@@ -173,7 +173,8 @@ def check_against_validation(ingest: dict[str, Any], violations: dict[str, dict[
 def ingest_stage(spark, layout: RawLayout, violations: dict[str, dict[str, int]], out: Path, cfg: IngestConfig):
     """The ingest stage's lake in ``out`` and its manifest body (with the Spark conf in effect)."""
     from tasks.core.runtime import effective_spark_conf
+    from tasks.core.secrets import redact
 
     summary = run_ingest(spark, layout, out, cfg)
     check_against_validation(summary, violations)
-    return {"spark_conf": effective_spark_conf(spark), **summary}
+    return {"spark_conf": redact(effective_spark_conf(spark)), **summary}

@@ -32,10 +32,11 @@ def save_checkpoint(ckpt_dir: Path, epoch: int, state: dict[str, Any], fingerpri
     return final
 
 
-def latest_checkpoint(ckpt_dir: Path, fingerprint: str) -> Path | None:
-    """Newest checkpoint with a completion marker whose data fingerprint matches."""
+def complete_checkpoints(ckpt_dir: Path, fingerprint: str) -> list[Path]:
+    """Checkpoints with a completion marker whose data fingerprint matches, newest first."""
     if not ckpt_dir.is_dir():
-        return None
+        return []
+    out = []
     for marker in sorted(ckpt_dir.glob("epoch_*.done"), reverse=True):
         try:
             meta = json.loads(marker.read_text())
@@ -43,9 +44,26 @@ def latest_checkpoint(ckpt_dir: Path, fingerprint: str) -> Path | None:
             continue
         path = marker.with_suffix(".pt")
         if meta.get("fingerprint") == fingerprint and path.is_file():
-            return path
-    return None
+            out.append(path)
+    return out
+
+
+def latest_checkpoint(ckpt_dir: Path, fingerprint: str) -> Path | None:
+    """Newest checkpoint with a completion marker whose data fingerprint matches."""
+    found = complete_checkpoints(ckpt_dir, fingerprint)
+    return found[0] if found else None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def load_latest(ckpt_dir: Path, fingerprint: str, warn=print) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads: a damaged one (truncated, unreadable) is named, skipped, and the one
+    before it used."""
+    for path in complete_checkpoints(ckpt_dir, fingerprint):
+        try:
+            return path, load_checkpoint(path)
+        except Exception as exc:  # torch raises several kinds for a truncated or corrupt file
+            warn(f"checkpoint {path} is damaged ({type(exc).__name__}: {str(exc)[:120]}); using the one before it")
+    return None

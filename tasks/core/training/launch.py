@@ -116,7 +116,7 @@ def launch_training(
     """Run the ranks; kill them all and raise if the heartbeat stops for ``stall_timeout_s``."""
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    cmd = launch_command(cfg, spec_path)
+    cmd = launch_command(cfg, spec_path, cfg.network_interface)
     log_path = work / "train.log"
     project = str(Path(__file__).resolve().parents[3])
     full_env = {

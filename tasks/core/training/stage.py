@@ -10,7 +10,7 @@ from typing import Any
 from tasks.core.config import TrainConfig
 from tasks.core.runtime import Runtime
 from tasks.core.topology import Topology
-from tasks.core.training.checkpoint import latest_checkpoint, load_checkpoint
+from tasks.core.training.checkpoint import load_latest
 from tasks.core.training.gpu_monitor import (
     UtilizationSampler,
     kernel_busy_fraction,
@@ -55,8 +55,8 @@ def train_stage(
     spec = training_spec(
         cfg.engine, rt.device, cfg, out / "data.npz", checkpoints, out, fingerprint, rt.threads_per_rank
     )
-    prior = latest_checkpoint(checkpoints, fingerprint)  # a retried or rerun task resumes from here
-    resumed = load_checkpoint(prior)["epoch"] if prior else None
+    prior = load_latest(checkpoints, fingerprint, lambda m: None)  # a retried or rerun task resumes from here
+    resumed = prior[1]["epoch"] if prior else None
     with UtilizationSampler(out / "gpu_utilization.csv") as sampler:
         run = launch_training(spec, cfg, out, rt.launcher_env, progress)
     utilization = sampler.summary(training_windows(out))

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from tasks.core.metrics import pr_auc
 from tasks.core.store import write_json_atomic
-from tasks.core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tasks.core.training.checkpoint import load_latest, save_checkpoint
 from tasks.core.training.comm import make_comm
 from tasks.core.training.model import FaultGNN, normalised_adjacency, score_snapshots, windows_at
 from tasks.core.training.profiling import StepProfiler, StepTimer
@@ -100,9 +100,9 @@ class State:
 def resume(comm, spec: dict, model, optimizer, scheduler) -> State:
     state = State()
     if comm.rank == 0:  # [dist] only rank 0 reads checkpoints; the state reaches others by broadcast
-        path = latest_checkpoint(Path(spec["checkpoints"]), spec["fingerprint"])
-        if path is not None:
-            ck = load_checkpoint(path)
+        found = load_latest(Path(spec["checkpoints"]), spec["fingerprint"], lambda m: print(m, flush=True))
+        if found is not None:
+            ck = found[1]
             model.load_state_dict(ck["model"])
             optimizer.load_state_dict(ck["optimizer"])
             scheduler.load_state_dict(ck["scheduler"])

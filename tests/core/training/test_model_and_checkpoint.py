@@ -68,3 +68,20 @@ def test_load_model_reads_what_the_worker_writes(tmp_path):
     loaded, ck = load_model(tmp_path / "m.pt")
     assert ck["window"] == 3 and not loaded.training
     assert loaded.config == {"n_features": 5, "hidden": 8, "layers": 1}
+
+
+def test_a_damaged_newest_checkpoint_is_named_and_skipped(tmp_path):
+    """Issue 17 item 7: a truncated newest checkpoint (its marker written) falls back to the one before it."""
+    from tasks.core.training.checkpoint import load_latest
+
+    model = FaultGNN(5, hidden=8, layers=1)
+    for epoch in (0, 1):
+        save_checkpoint(tmp_path, epoch, {"model": model.state_dict(), "history": [epoch]}, "fp")
+    newest = tmp_path / "epoch_0001.pt"
+    newest.write_bytes(newest.read_bytes()[:100])  # a disk that lost the tail
+    said = []
+    path, state = load_latest(tmp_path, "fp", said.append)
+    assert path.name == "epoch_0000.pt" and state["epoch"] == 0
+    assert len(said) == 1 and "epoch_0001.pt is damaged" in said[0]
+    (tmp_path / "epoch_0000.pt").write_bytes(b"")
+    assert load_latest(tmp_path, "fp", said.append) is None  # nothing usable: train from the start

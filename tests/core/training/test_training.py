@@ -124,7 +124,8 @@ def test_stalled_rank_ends_with_clear_error(data, tmp_path):
 
 
 def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
-    """SIGKILL of the process that launched training (not its group): the launcher and every rank die too."""
+    """SIGKILL of the process that launched training (not its group): the launcher and every rank die too. And
+    while it runs, horovodrun's rendezvous and the ranks listen on loopback only."""
     work = tmp_path / "orphans"
     work.mkdir()
     driver = textwrap.dedent(
@@ -144,6 +145,14 @@ def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
         assert time.time() < deadline and proc.poll() is None, "training never reached its first checkpoint"
         time.sleep(0.05)
     assert len(_ranks(work)) == 2
+    launcher = psutil.Process(int((work / "launcher.pid").read_text()))
+    listening = [
+        c.laddr
+        for p in [launcher, *launcher.children(recursive=True)]
+        for c in p.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    ]
+    assert listening and all(a.ip in ("127.0.0.1", "::1") for a in listening), listening  # issue 17 item 6
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 5
