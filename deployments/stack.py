@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Prefect UI: {stack.url}  (pools {', '.join(POOLS)}; worker on faultline-cpu; logs {stack.log_dir})")
     print(
         "Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit, "
+        "environment_doctor/doctor, "
         "simulate_workload/simulate, benchmark/benchmark. Ctrl-C stops everything.",
         flush=True,
     )
