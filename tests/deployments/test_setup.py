@@ -87,7 +87,8 @@ def test_make_setup_from_a_bundle_with_no_network(tmp_path):
         "import pyspark, torch, horovod.torch, prefect, great_expectations, tasks.core.runtime as r\n"
         "print(r.java_home())\n"
     )
-    check = _offline([str(venv / "bin" / "python"), str(probe_py)])
+    clean = {k: v for k, v in env.items() if k != "JAVA_HOME"}  # this test process's Spark set it to its own venv's
+    check = _offline([str(venv / "bin" / "python"), str(probe_py)], env=clean)
     assert check.returncode == 0 and check.stdout.strip() == str(venv / "jre"), check.stderr[-2000:]
     again = _offline(["make", "-C", str(REPO), "setup", f"BUNDLE={bundle}", f"VENV={venv}"], env=env, timeout=300)
     assert again.returncode == 0 and "up to date" in again.stderr  # idempotent
