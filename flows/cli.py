@@ -158,6 +158,34 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
 
 
+def cmd_tracking(args: argparse.Namespace) -> int:
+    """Replay the tracking journals that runs wrote while the MLflow server was unreachable."""
+    from tasks.core.config import load_config
+    from tasks.core.errors import ConfigError
+    from tasks.core.spool import pending, unreachable
+    from tasks.tracking import tracker_for
+
+    try:
+        tr = tracker_for(load_config(args.profile, args.set))
+    except ConfigError as exc:
+        return _rejected(exc, args)
+    waiting = pending(tr.spool)
+    if (why := unreachable(tr.uri)) is not None:
+        print(
+            f"error: tracking server unreachable ({why}); {len(waiting)} journal(s) wait in {tr.spool}", file=sys.stderr
+        )
+        return EXIT_FAIL
+    tr.begin()  # reaching the server replays every pending journal
+    results = [json.loads((j / "replayed.json").read_text()) for j in waiting if (j / "replayed.json").exists()]
+    for r in results:
+        print(f"replayed {r['journal']}: {r['calls']} calls, runs {r['runs'] or '(existing)'}")
+    left = pending(tr.spool)
+    print(f"{len(results)} journal(s) replayed, {len(left)} left")
+    if args.json:
+        _print_json({"replayed": results, "left": [str(j) for j in left]})
+    return EXIT_OK if not left else EXIT_FAIL
+
+
 def _check_rejected(exc: Exception, args: argparse.Namespace) -> int:
     print(f"error: {exc}", file=sys.stderr)
     if args.json:
@@ -254,6 +282,12 @@ def _check_parser(sub) -> None:
     d = sub.add_parser("doctor", help="environment checks, runnable before any pipeline run")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_doctor)
+    t = sub.add_parser("tracking", help="replay tracking journaled while the MLflow server was unreachable")
+    t.add_argument("action", choices=["replay"])
+    t.add_argument("--profile", default="local", choices=PROFILES)
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_tracking)
 
 
 def _bench_parser(sub) -> None:

@@ -17,7 +17,7 @@ from tasks.evaluate import evaluate_task
 from tasks.features import features_task
 from tasks.ingest import ingest_task
 from tasks.runner import store_root
-from tasks.runs import publish_links, recover_crashed_runs
+from tasks.runs import publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
 from tasks.tracking import finish_tracking, record_run, stage_summary, start_tracking
 from tasks.train import train_task
@@ -94,7 +94,7 @@ def fault_prediction_pipeline(
         "recovered_crashed_runs": recovered,
     }
     stages: dict[str, StageResult] = {}
-    with Heartbeat(run_dir, flow_run.get_id(), run_id) as beat:
+    with Heartbeat(run_dir, flow_run.get_id(), run_id, on_revived=revive_run(cfg)) as beat:
         try:
             stages = run_stages(cfg, rt, root, plan, raw, lake, lambda s: force or s in (refresh or []))
             summary.update(record_run(cfg, run_id, stages))
@@ -102,6 +102,6 @@ def fault_prediction_pipeline(
         finally:
             beat.finish(summary["status"])
             summary.update(stage_summary(stages))
-            finish_tracking(cfg, run_id, summary, run_dir)
+            summary.update(finish_tracking(cfg, run_id, summary, run_dir))
     publish_links(summary)
     return summary

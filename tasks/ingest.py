@@ -9,7 +9,7 @@ from prefect import task
 from tasks.core.config import IngestConfig
 from tasks.core.runtime import Runtime, spark_session
 from tasks.core.stages.ingest import ingest_stage
-from tasks.core.stages.raw import discover
+from tasks.core.stages.raw import check_unchanged, discover
 from tasks.core.store import StageResult, run_stage
 from tasks.runner import TASK_OPTIONS, finish_stage
 
@@ -26,6 +26,7 @@ def ingest_task(
         cfg,
         lambda tmp: ingest_stage(spark_session(rt.spark_conf), discover(Path(raw)), validation["violations"], tmp, cfg),
         force=force,
+        verify=lambda: check_unchanged(Path(raw), validation.inputs["raw"], validation.get("raw_files") or {}),
     )
     kpi = result["sources"]["kpi"]
     return finish_stage(

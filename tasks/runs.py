@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,35 @@ def _prefect_crash(flow_run_id: str, reason: str) -> str:
         return client.read_flow_run(flow_run_id).state.type.value
 
 
+def _prefect_running(flow_run_id: str) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(
+            flow_run_id, Running(message="heartbeat back: marked crashed while alive"), force=True
+        )
+        return client.read_flow_run(flow_run_id).state.type.value
+
+
+def revive_run(cfg: FaultlineConfig) -> Callable[[dict[str, Any]], None]:
+    """What a live run does when it finds itself marked crashed: Prefect ``Running``, MLflow ``RUNNING`` again."""
+
+    def revive(data: dict[str, Any]) -> None:
+        if data.get("flow_run_id"):
+            _prefect_running(data["flow_run_id"])
+        if data.get("mlflow_run_id"):
+            tracker_for(cfg).reopen_run(data["mlflow_run_id"])
+
+    return revive
+
+
 @task(name="recover-crashed-runs", **TASK_OPTIONS)
 def recover_crashed_runs(cfg: FaultlineConfig, root: Path) -> list[dict[str, Any]]:
     """Mark earlier runs over this store that died without finishing as crashed (Prefect + MLflow)."""
     found = [
         mark_crashed(e, _prefect_crash, lambda run_id: tracker_for(cfg).end_run(run_id, "KILLED"))
-        for e in dead_runs(root / "runs")
+        for e in dead_runs(root / "runs", cfg.runs.crash_after_s)
     ]
     for f in found:
         logger().warning(
@@ -43,7 +67,9 @@ def publish_links(summary: dict[str, Any]) -> None:
     """The run's links: the MLflow run, the GX Data Docs, the registered model."""
     uri = str(summary.get("tracking_uri") or "")
     run = summary.get("mlflow_run_id")
-    if uri.startswith("http"):
+    if str(summary.get("tracking", "")).startswith("journaled"):
+        mlflow = f"MLflow: {summary['tracking']}; it is replayed when `{uri}` answers again"
+    elif uri.startswith("http"):
         mlflow = f"[MLflow run {run}]({uri.rstrip('/')}/#/experiments/{summary.get('experiment_id')}/runs/{run})"
     else:
         mlflow = f"MLflow run `{run}` in `{uri}` (browse: `mlflow ui --backend-store-uri {uri}`)"

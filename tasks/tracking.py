@@ -13,9 +13,10 @@ from prefect import task
 from tasks.core.config import FaultlineConfig
 from tasks.core.runtime import Runtime
 from tasks.core.secrets import redact, redact_text
+from tasks.core.spool import ResilientTracker
 from tasks.core.stages.evaluate import summary_metrics
 from tasks.core.store import StageResult, code_version
-from tasks.core.tracking import Tracker, tracking_uri
+from tasks.core.tracking import SPOOL, Tracker, tracking_uri
 from tasks.runner import TASK_OPTIONS
 
 PACKAGES = (
@@ -41,12 +42,16 @@ PACKAGES = (
 
 
 @lru_cache(maxsize=4)
-def get_tracker(uri: str | None, experiment: str, root: str) -> Tracker:
-    return Tracker(tracking_uri(uri, Path(root)), experiment, Path(root).resolve() / "mlartifacts")
+def get_tracker(uri: str | None, experiment: str, root: str, strict: bool = False) -> ResilientTracker:
+    """The process's tracker for one server and experiment: MLflow while it answers, a journal while it does not."""
+    resolved, store = tracking_uri(uri, Path(root)), Path(root).resolve()
+    return ResilientTracker(
+        lambda: Tracker(resolved, experiment, store / "mlartifacts"), resolved, experiment, store / SPOOL, strict
+    )
 
 
-def tracker_for(cfg: FaultlineConfig, experiment: str | None = None) -> Tracker:
-    return get_tracker(cfg.mlflow.tracking_uri, experiment or cfg.mlflow.experiment, cfg.paths.root)
+def tracker_for(cfg: FaultlineConfig, experiment: str | None = None) -> ResilientTracker:
+    return get_tracker(cfg.mlflow.tracking_uri, experiment or cfg.mlflow.experiment, cfg.paths.root, cfg.mlflow.strict)
 
 
 def _environment(rt: Runtime) -> dict[str, Any]:
@@ -65,6 +70,7 @@ def _environment(rt: Runtime) -> dict[str, Any]:
 @task(name="start-tracking", **TASK_OPTIONS)
 def start_tracking(cfg: FaultlineConfig, rt: Runtime, flow_run_id: str | None, work: Path) -> str:
     tr = tracker_for(cfg)
+    tr.begin()  # a new run: reach the server (replaying earlier journals), or journal this run, or reject (strict)
     name = f"{cfg.profile}-{cfg.workload.topology.replace('/', '_')}-{cfg.workload.days}d"
     run_id = tr.start_run(
         name,
@@ -87,11 +93,20 @@ def start_tracking(cfg: FaultlineConfig, rt: Runtime, flow_run_id: str | None, w
 
 
 @task(name="finish-tracking", **TASK_OPTIONS)
-def finish_tracking(cfg: FaultlineConfig, run_id: str, summary: dict[str, Any], work: Path) -> None:
+def finish_tracking(cfg: FaultlineConfig, run_id: str, summary: dict[str, Any], work: Path) -> dict[str, Any]:
+    """End the MLflow run; after an outage, replay its journal if the server is back. Returns the summary's
+    tracking fields (the run id changes when the run was started offline)."""
     tr = tracker_for(cfg)
-    (work / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    out: dict[str, Any] = {}
+    if tr.offline:
+        out["tracking"] = f"journaled in {tr.journal.dir} (server unreachable: {tr.offline}); not replayed yet"
+    (work / "summary.json").write_text(json.dumps({**summary, **out}, indent=1, default=str))
     tr.log_artifact(run_id, work / "summary.json")
     tr.end_run(run_id, "FINISHED" if summary.get("status") == "completed" else "FAILED")
+    for replayed in tr.finish():
+        out["tracking"] = f"replayed after an outage from {replayed['journal']}"
+        out["mlflow_run_id"] = replayed["runs"].get(run_id, run_id)
+    return out
 
 
 def _stage_tags(stages: dict[str, StageResult]) -> dict[str, str]:
@@ -174,6 +189,7 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]
     return {
         "mlflow_run_id": run_id,
         "tracking_uri": redact_text(tr.uri),
+        "tracking": f"journaled (server unreachable: {tr.offline})" if tr.offline else "live",
         "experiment_id": tr.experiment_id,
         "registered_model": tags.get("registered_model"),
     }

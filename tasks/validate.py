@@ -8,7 +8,7 @@ from prefect import task
 
 from tasks.core.config import ValidateConfig
 from tasks.core.runtime import Runtime, spark_session
-from tasks.core.stages.raw import discover
+from tasks.core.stages.raw import check_unchanged, discover
 from tasks.core.stages.validate import validate_stage
 from tasks.core.store import StageResult, run_stage
 from tasks.runner import TASK_OPTIONS, finish_stage
@@ -17,13 +17,15 @@ from tasks.runner import TASK_OPTIONS, finish_stage
 @task(name="validate", **TASK_OPTIONS)
 def validate_task(raw: str, cfg: ValidateConfig, rt: Runtime, root: Path, force: bool = False) -> StageResult:
     layout = discover(Path(raw))
+    stamps, fp = layout.stamps(), layout.fingerprint()
     result = run_stage(
         root,
         "validate",
-        {"raw": layout.fingerprint()},
+        {"raw": fp},
         cfg,
-        lambda tmp: validate_stage(spark_session(rt.spark_conf), layout, tmp, cfg),
+        lambda tmp: {**validate_stage(spark_session(rt.spark_conf), layout, tmp, cfg), "raw_files": stamps},
         force=force,
+        verify=lambda: check_unchanged(Path(raw), fp, stamps),
     )
     docs = result.path / result["data_docs_rel"] if result.get("data_docs_rel") else None
     return finish_stage(

@@ -51,6 +51,20 @@ class PathsConfig(_Section):
 class MlflowConfig(_Section):
     tracking_uri: str | None = Field(None, description="None: SQLite store under paths.root")
     experiment: str = "faultline"
+    strict: bool = Field(
+        False,
+        description="true: reject a run (exit 2) when the tracking server is unreachable at start; "
+        "false: journal its tracking under the store and replay it when the server is back",
+    )
+
+
+class RunsConfig(_Section):
+    crash_after_s: float = Field(
+        900.0,
+        gt=0,
+        description="a run on another host is marked crashed after this long without a heartbeat "
+        "(on this host only when its process is gone)",
+    )
 
 
 class ValidateConfig(_Section):
@@ -155,6 +169,7 @@ class FaultlineConfig(_Section):
     workload: WorkloadConfig = WorkloadConfig()
     paths: PathsConfig = PathsConfig()
     mlflow: MlflowConfig = MlflowConfig()
+    runs: RunsConfig = RunsConfig()
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     ingest: IngestConfig = IngestConfig()
     features: FeaturesConfig = FeaturesConfig()

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ def fingerprint_tree(root: Path) -> str:
 def write_atomic(path: Path, data: str | bytes) -> Path:
     """Write a file so a reader sees the old content or the whole new one, never a part (temp, fsync, rename)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")  # threads write too
     with open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
         f.flush()
@@ -260,16 +261,20 @@ def run_stage(
     *,
     key: tuple[Any, ...] = (),
     force: bool = False,
+    verify: Callable[[], None] | None = None,
 ) -> StageOutput:
     """The store protocol, once for every stage: fingerprint -> reuse a published output (unless ``force``) ->
-    else ``compute(tmp)`` in a private staging directory, which returns the manifest's body -> check the row
-    identity -> write the manifest -> publish by rename. Nothing half-written is ever visible."""
+    else ``compute(tmp)`` in a private staging directory, which returns the manifest's body -> ``verify()`` that
+    the inputs read are still the fingerprinted ones -> check the row identity -> write the manifest -> publish
+    by rename. Nothing half-written is ever visible."""
     fp = stage_fingerprint(stage, inputs, config, *key)
     if not force and (done := completed(root, stage, fp)) is not None:
         return done
     with staging(root, stage, fp, replace=force) as tmp:
         started = time.perf_counter()
         body = compute(tmp)
+        if verify is not None:
+            verify()
         check_rows(stage, body)
         publish_manifest(tmp, {**manifest_header(stage, inputs, config, time.perf_counter() - started), **body})
     return published(root, stage, fp)

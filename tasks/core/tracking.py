@@ -1,4 +1,12 @@
-"""MLflow behind a small seam: one run per pipeline run; stages log into it by run id."""
+"""MLflow behind a small seam: one run per pipeline run; stages log into it by run id.
+
+A tracking server that is down never stops or hangs a run (issue 17 item 2): every HTTP call is bounded
+(MLflow's own timeout and retry settings, shortened here unless the environment sets them), and once the
+server does not answer, the run's remaining calls are journaled under the store (``<store>/tracking-spool``)
+with copies of their files, and replayed in order, with their original times, when the server is back: at
+the end of the run, at the next run's start, or with ``faultline tracking replay``. ``mlflow.strict=true``
+instead rejects a run whose server is unreachable at start (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,12 @@ from .secrets import resolve
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+# MLflow's defaults (120 s timeout, 7 retries with backoff factor 2) turn an outage into a quarter-hour hang.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+PROBE_TIMEOUT_S = 5.0
+SPOOL = "tracking-spool"  # under the store: journals of calls made while the server was down
 
 
 def tracking_uri(configured: str | None, root: Path) -> str:
@@ -46,7 +60,7 @@ class Tracker:
         import mlflow
         from mlflow.tracking import MlflowClient
 
-        self.mlflow, self.uri = mlflow, uri
+        self.mlflow, self.uri, self.artifact_root = mlflow, uri, artifact_root
         mlflow.set_tracking_uri(uri)
         with _store_lock(uri):
             self.client = MlflowClient(uri)
@@ -59,8 +73,10 @@ class Tracker:
                 exp_id = exp.experiment_id
         self.experiment_id = exp_id
 
-    def start_run(self, name: str, tags: dict[str, str]) -> str:
-        return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+    def start_run(self, name: str, tags: dict[str, str], start_time_ms: int | None = None) -> str:
+        return self.client.create_run(
+            self.experiment_id, start_time=start_time_ms, run_name=name, tags=tags
+        ).info.run_id
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -69,13 +85,15 @@ class Tracker:
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i : i + 100])
 
-    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+    def log_metrics(
+        self, run_id: str, metrics: dict[str, float], step: int | None = None, timestamp_ms: int | None = None
+    ) -> None:
         import math
         import time
 
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
+        now = timestamp_ms or int(time.time() * 1000)
         items = [
             Metric(k, float(v), now, step or 0)
             for k, v in metrics.items()
@@ -114,8 +132,12 @@ class Tracker:
             )
         return str(info.registered_model_version) if registered_name else None
 
-    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
-        self.client.set_terminated(run_id, status)
+    def end_run(self, run_id: str, status: str = "FINISHED", end_time_ms: int | None = None) -> None:
+        self.client.set_terminated(run_id, status, end_time=end_time_ms)
+
+    def reopen_run(self, run_id: str) -> None:
+        """Undo a wrong ``KILLED``: the run is alive after all (it ends with its real status later)."""
+        self.client.update_run(run_id, status="RUNNING")
 
 
 def numeric_leaves(data: dict[str, Any], skip: tuple[str, ...] = ("hardware", "runs", "points")) -> dict[str, float]:

@@ -36,6 +36,10 @@ class RawLayout:
     def fingerprint(self) -> str:
         return fingerprint_files(self.all_files, self.root)
 
+    def stamps(self) -> dict[str, list[int]]:
+        """Each file's size and modification time (ns): names what changed when the fingerprint no longer holds."""
+        return {p.relative_to(self.root).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns] for p in self.all_files}
+
     def topology(self) -> Topology:
         try:
             return Topology.read(self.topology_file)
@@ -63,6 +67,24 @@ def discover(raw: Path) -> RawLayout:
             raise DataRejected(f"{p}: file name does not carry its day (expected *_YYYY-MM-DD.csv|jsonl)", file=str(p))
         days.append(datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC))
     return RawLayout(raw, kpi, alarms, topo, min(days), max(days) + timedelta(days=1))
+
+
+def check_unchanged(raw: Path, fingerprint: str, stamps: dict[str, list[int]]) -> None:
+    """After a stage has read ``raw``: its bytes must still be the ones fingerprinted before (the stage's
+    output is published under that fingerprint, so a cache hit always means identical data). An exporter still
+    writing, or a day re-sent mid-run, fails the run with exit 2, naming the files."""
+    now = discover(raw)
+    if now.fingerprint() == fingerprint:
+        return
+    new = now.stamps()
+    changed = sorted(set(new) ^ set(stamps)) + sorted(k for k in set(new) & set(stamps) if new[k] != stamps[k])
+    what = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    raise DataRejected(
+        f"{raw}: input changed during the run ({what or 'contents changed, sizes and times kept'}): the raw files "
+        f"are no longer the bytes fingerprinted ({fingerprint}) before they were read; nothing was published. "
+        "Rerun once the exporter has finished writing.",
+        file=str(raw / changed[0]) if changed else str(raw),
+    )
 
 
 def _check_utf8(path: Path) -> None:

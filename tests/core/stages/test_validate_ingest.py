@@ -99,3 +99,34 @@ def test_ingest_output_typed_and_partitioned(spark, tiny_raw, tmp_path):
     assert str(df["timestamp"].dtype).startswith("datetime64") and df["cpu_util"].dtype == "float64"
     assert df["if_errors"].dtype == "int64"
     assert res["sources"]["kpi"]["parquet"]["row_groups"] >= 3
+
+
+def test_raw_changed_between_validation_and_ingest_is_rejected_not_cached(spark, tmp_path):
+    """Issue 17 item 3: a day re-sent (or an exporter still writing) after validation fails ingest with exit 2
+    naming the file; nothing is published under the old bytes' fingerprint; the rerun validates the new bytes."""
+    import shutil
+
+    from tasks.core.errors import DataRejected
+    from tasks.core.runtime import resolve_runtime
+    from tasks.ingest import ingest_task
+    from tasks.validate import validate_task
+
+    raw = tmp_path / "raw"
+    simulate("topozoo/Abilene", 1, 5, raw, dirt=0.0)
+    cfg = load_config("local", [f"paths.root={tmp_path / 'store'}", "validate.build_data_docs=false"])
+    root = tmp_path / "store"
+    rt = resolve_runtime(cfg, root)
+    validation = validate_task.fn(str(raw), cfg.validate_, rt, root)
+    assert validation["raw_files"] and validation.inputs["raw"] == discover(raw).fingerprint()
+    day = sorted((raw / "kpi").glob("*.csv"))[0]
+    lines = day.read_text().splitlines(keepends=True)
+    day.write_text("".join(lines) + lines[-1])  # the exporter appended one more row after validation
+    with pytest.raises(DataRejected, match=r"input changed during the run \(kpi/kpi_") as err:
+        ingest_task.fn(str(raw), validation, cfg.ingest, rt, root)
+    assert err.value.file == str(day)
+    assert list((root / "ingest").glob("*")) == []  # neither a published lake nor a staging directory
+    again = validate_task.fn(str(raw), cfg.validate_, rt, root)  # the rerun fingerprints and counts the new bytes
+    assert again.fingerprint != validation.fingerprint and again["rows_in"] == validation["rows_in"] + 1
+    lake = ingest_task.fn(str(raw), again, cfg.ingest, rt, root)
+    assert lake["rows_in"] == again["rows_in"]
+    shutil.rmtree(root)
