@@ -6,10 +6,10 @@ import json
 import os
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from .errors import ConfigError
 from .secrets import redact
@@ -23,6 +23,21 @@ __all__ = ["ConfigError", "FaultlineConfig", "load_config", "flatten", "PROFILES
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        """``train.epochs=true`` is a mistake, not 1 (pydantic's lax mode would take it)."""
+        kinds = {
+            a
+            for a in (
+                cls.model_fields[info.field_name].annotation,
+                *get_args(cls.model_fields[info.field_name].annotation),
+            )
+        }
+        if isinstance(value, bool) and kinds & {int, float}:
+            raise ValueError(f"expected a number, got a boolean ({str(value).lower()})")
+        return value
 
 
 class WorkloadConfig(_Section):
@@ -46,6 +61,13 @@ class WorkloadConfig(_Section):
 class PathsConfig(_Section):
     root: str = Field(".faultline", description="store root; stage outputs, MLflow and raw data live here")
     bench_results: str = Field("bench/results", description="benchmark JSON (baseline, scaling, ...) lives here")
+
+    @field_validator("root", "bench_results")
+    @classmethod
+    def _a_directory(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must name a directory (empty would mean the current one)")
+        return v
 
 
 class MlflowConfig(_Section):

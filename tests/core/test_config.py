@@ -69,6 +69,21 @@ def test_numbers_are_finite_and_bounded(value):
         load_config("local", [f"train.lr={value}"])
 
 
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.epochs=true", r"train\.epochs: .*expected a number, got a boolean \(true\)"),
+        ("bench.max_workers=false", r"bench\.max_workers: .*got a boolean"),
+        ("paths.root=", r"paths\.root: .*must name a directory"),
+        ("paths.root='  '", r"paths\.root: .*must name a directory"),
+    ],
+)
+def test_booleans_for_numbers_and_an_empty_root_are_rejected(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("local", [override])
+    assert load_config("local", ["evaluate.register_model=false"]).evaluate.register_model is False
+
+
 def test_stage_plan_rejects_impossible_requests(tmp_path):
     from tasks.core.config import stage_plan
 

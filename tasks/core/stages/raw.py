@@ -17,7 +17,10 @@ from tasks.core.topology import Topology
 
 _DAY = re.compile(r"_(\d{4}-\d{2}-\d{2})\.(csv|jsonl)$")
 SAMPLE_LINES = 500
+MAX_LINE_BYTES = 64 << 10  # a KPI row is ~100 bytes, an alarm record < 1 KiB: a longer line is a broken export
 CORRUPT = "_corrupt_record"
+# ISO-8601 with a zone: "Z" or an offset such as "+02:00" (normalized to UTC: the session time zone is UTC)
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ssXXX"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,13 @@ def discover(raw: Path) -> RawLayout:
     if not topo.is_file():
         raise DataRejected(f"{topo}: topology export missing", file=str(topo))
     days = []
+    for p in (*kpi, *alarms, topo):
+        if not p.is_file():  # is_file follows links: a directory, a dangling link and a symlink loop all fail
+            raise DataRejected(
+                f"{p}: not a regular file (a directory, a broken symbolic link or a link loop); "
+                "expected one export file per day",
+                file=str(p),
+            )
     for p in (*kpi, *alarms):
         m = _DAY.search(p.name)
         if not m:
@@ -87,11 +97,23 @@ def check_unchanged(raw: Path, fingerprint: str, stamps: dict[str, list[int]]) -
     )
 
 
-def _check_utf8(path: Path) -> None:
+def _long_line(path: Path, line: int, length: int) -> DataRejected:
+    return DataRejected(
+        f"{path}: line {line} is {length:,} bytes or longer (expected records under {MAX_LINE_BYTES:,} bytes: "
+        "a missing line break or a runaway field)",
+        file=str(path),
+        expected=f"lines under {MAX_LINE_BYTES} bytes",
+    )
+
+
+def _check_utf8(path: Path, max_line: int = MAX_LINE_BYTES) -> None:
+    """UTF-8 throughout, and no line longer than ``max_line`` (one streamed pass; a 1 GiB line would otherwise
+    reach Spark's JVM and kill it). Chunks are at most ``max_line`` bytes, so only a line crossing chunks can
+    be too long: the running length of the current line is all that is tracked."""
     dec = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
+    offset, current, lines = 0, 0, 1
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        for chunk in iter(lambda: f.read(max_line), b""):
             try:
                 dec.decode(chunk)
             except UnicodeDecodeError as exc:
@@ -100,6 +122,16 @@ def _check_utf8(path: Path) -> None:
                     file=str(path),
                     expected="UTF-8",
                 ) from None
+            first = chunk.find(b"\n")
+            if first < 0:
+                current += len(chunk)
+            else:
+                if current + first > max_line:
+                    raise _long_line(path, lines, current + first)
+                lines += chunk.count(b"\n")
+                current = len(chunk) - chunk.rfind(b"\n") - 1
+            if current > max_line:
+                raise _long_line(path, lines, current)
             offset += len(chunk)
         try:
             dec.decode(b"", final=True)
@@ -138,6 +170,13 @@ def _check_columns(path: Path, rows: list[dict], columns) -> None:
 
 def check_kpi_file(path: Path) -> None:
     _check_utf8(path)
+    try:
+        _check_kpi_rows(path)
+    except csv.Error as exc:
+        raise DataRejected(f"{path}: not readable as CSV ({exc})", file=str(path), expected="CSV") from None
+
+
+def _check_kpi_rows(path: Path) -> None:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, None)
@@ -246,7 +285,7 @@ def read_kpi(spark, layout: RawLayout):
         schema=spark_schema(KPI_COLUMNS),
         mode="PERMISSIVE",
         columnNameOfCorruptRecord=CORRUPT,
-        timestampFormat="yyyy-MM-dd'T'HH:mm:ssX",
+        timestampFormat=TIMESTAMP_FORMAT,
         enforceSchema=False,
     )
     return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())
@@ -262,6 +301,6 @@ def read_alarms(spark, layout: RawLayout):
         schema=spark_schema(ALARM_COLUMNS),
         mode="PERMISSIVE",
         columnNameOfCorruptRecord=CORRUPT,
-        timestampFormat="yyyy-MM-dd'T'HH:mm:ssX",
+        timestampFormat=TIMESTAMP_FORMAT,
     )
     return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())

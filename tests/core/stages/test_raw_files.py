@@ -88,3 +88,46 @@ def test_no_kpi_source(raw):
     shutil.rmtree(raw / "kpi")
     with pytest.raises(DataRejected, match="no KPI exports found"):
         discover(raw)
+
+
+def test_a_directory_link_loop_or_dangling_link_named_like_a_day_is_rejected(raw):
+    (raw / "kpi" / "kpi_2026-01-07.csv").mkdir()
+    with pytest.raises(DataRejected, match=r"kpi_2026-01-07\.csv: not a regular file") as e:
+        discover(raw)
+    assert e.value.file.endswith("kpi_2026-01-07.csv")
+    (raw / "kpi" / "kpi_2026-01-07.csv").rmdir()
+    loop = raw / "alarms" / "alarms_2026-01-08.jsonl"
+    loop.symlink_to(loop)  # a link to itself: open() would fail with ELOOP
+    with pytest.raises(DataRejected, match=r"alarms_2026-01-08\.jsonl: not a regular file"):
+        discover(raw)
+
+
+@pytest.mark.parametrize("where", ["field", "single_line_file", "alarm"])
+def test_an_overlong_line_is_rejected_naming_file_and_line(raw, where):
+    p = raw / "alarms" / "alarms_2026-01-05.jsonl" if where == "alarm" else _kpi(raw)
+    lines = p.read_text().splitlines()
+    if where == "single_line_file":  # a 1 MB export with no line break at all
+        p.write_text("x" * (1 << 20))
+        line = 1
+    else:  # one record with a 1 MiB field, as the 3rd line
+        lines[2] = lines[2][:-1] + "y" * (1 << 20) + lines[2][-1]
+        p.write_text("\n".join(lines) + "\n")
+        line = 3
+    with pytest.raises(DataRejected, match=rf"{p.name}: line {line} is [\d,]+ bytes or longer") as e:
+        check_files(discover(raw))
+    assert e.value.file == str(p)
+
+
+@pytest.mark.spark
+def test_iso_offsets_are_accepted_and_normalized_to_utc(spark, raw):
+    from tasks.core.stages.raw import read_kpi
+
+    p = _kpi(raw)
+    header, first, second, *rest = p.read_text().splitlines()
+    moved = first.replace("2026-01-05T00:00:00Z", "2026-01-05T02:00:00+02:00")
+    assert moved != first
+    p.write_text("\n".join([header, moved, second, *rest]) + "\n")
+    layout = discover(raw)
+    check_files(layout)
+    df = read_kpi(spark, layout).where("_source_file like '%2026-01-05%'").limit(1).collect()[0]
+    assert df["_corrupt_record"] is None and df["timestamp"].isoformat().startswith("2026-01-05T00:00:00")
