@@ -78,8 +78,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     overrides = run_overrides(args.topology, args.days, args.set)
     try:  # the flow's own first checks, run before its start-up so a bad request costs no engine
-        load_config(args.profile, overrides)
+        cfg = load_config(args.profile, overrides)
         stage_plan(args.start_from, args.until, args.lake)
+        if cfg.mlflow.strict and cfg.mlflow.tracking_uri:
+            from tasks.core.secrets import resolve
+            from tasks.core.spool import require_server
+
+            require_server(resolve(cfg.mlflow.tracking_uri, "mlflow.tracking_uri"))
     except ConfigError as exc:
         return _rejected(exc, args)
     from flows.pipeline import fault_prediction_pipeline

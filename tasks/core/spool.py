@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -42,8 +43,23 @@ def unreachable(uri: str, timeout: float | None = None) -> str | None:
     try:
         r = requests.get(uri.rstrip("/") + "/health", timeout=timeout or PROBE_TIMEOUT_S)
     except requests.RequestException as exc:
-        return redact_text(f"{type(exc).__name__}: {exc}")[:300]
+        errno = re.search(r"\[Errno -?\d+\] [^'\")]+", str(exc))  # the cause, not urllib3's wrapping
+        return redact_text(f"{type(exc).__name__}: {errno.group(0) if errno else exc}")[:300]
     return f"HTTP {r.status_code} from /health" if r.status_code >= 500 else None
+
+
+def strict_rejection(uri: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"mlflow.tracking_uri {redact_text(uri)}: the tracking server is unreachable ({why}); mlflow.strict=true "
+        "runs only with tracking: start the server, or set mlflow.strict=false to journal the run's tracking and "
+        "replay it when the server is back"
+    )
+
+
+def require_server(uri: str) -> None:
+    """``mlflow.strict``: reject the run before anything starts when its tracking server does not answer."""
+    if (why := unreachable(uri)) is not None:
+        raise strict_rejection(uri, why)
 
 
 class Journal:
@@ -101,11 +117,7 @@ class ResilientTracker:
                 log.debug("tracker creation failed: %s", exc)
         if why is not None:
             if self.strict:
-                raise ConfigError(
-                    f"mlflow.tracking_uri {redact_text(self.uri)}: the tracking server is unreachable ({why}); "
-                    "mlflow.strict=true runs only with tracking: start the server, or set mlflow.strict=false to "
-                    "journal the run's tracking and replay it when the server is back"
-                )
+                raise strict_rejection(self.uri, why)
             self._offline(why)
             return
         self.replay_pending()

@@ -87,7 +87,7 @@ def test_pipeline_with_the_server_down_from_the_start(tmp_path):
     started = time.perf_counter()
     strict = faultline("run", *SMALL, *where, "--set", "mlflow.strict=true", "--json", root=tmp_path)
     assert strict.returncode == 2 and "tracking server is unreachable" in strict.stderr, strict.stderr[-2000:]
-    assert time.perf_counter() - started < 60
+    assert time.perf_counter() - started < 20  # answered before any engine starts
 
     run = faultline("run", *SMALL, *where, "--until", "validate", "--json", root=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
