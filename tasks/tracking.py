@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 from functools import lru_cache
@@ -149,7 +150,9 @@ def _log_training(tr: Tracker, run_id: str, train: StageResult) -> None:
     )
 
 
-def _log_model(cfg: FaultlineConfig, tr: Tracker, run_id: str, train: StageResult) -> str | None:
+def _log_model(
+    cfg: FaultlineConfig, tr: Tracker, run_id: str, train: StageResult, metrics: dict[str, float]
+) -> str | None:
     import numpy as np
     import torch
 
@@ -160,7 +163,8 @@ def _log_model(cfg: FaultlineConfig, tr: Tracker, run_id: str, train: StageResul
     adj = normalised_adjacency(d["indptr"], d["indices"], d["X"].shape[1])
     example = windows_at(torch.from_numpy(d["X"]), torch.as_tensor(d["test_t"][:2]), ck["window"])
     name = cfg.evaluate.model_name if cfg.evaluate.register_model else None
-    return tr.log_torch_model(run_id, ScoringModel(model, adj), example, name)
+    weights = hashlib.sha256((train.path / "model.pt").read_bytes()).hexdigest()
+    return tr.log_torch_model(run_id, ScoringModel(model, adj), example, name, weights, metrics)
 
 
 @task(name="record-run", **TASK_OPTIONS)
@@ -179,10 +183,11 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]
         _log_training(tr, run_id, stages["train"])
     version = None
     if "evaluate" in stages:
-        tr.log_metrics(run_id, summary_metrics(stages["evaluate"]["results"]))
+        held_out = summary_metrics(stages["evaluate"]["results"])
+        tr.log_metrics(run_id, held_out)
         for p in stages["evaluate"]["plots"].values():
             tr.log_artifact(run_id, stages["evaluate"].path / "plots" / p, "plots")
-        version = _log_model(cfg, tr, run_id, stages["train"])
+        version = _log_model(cfg, tr, run_id, stages["train"], held_out)
     if version:
         tags["registered_model"] = f"{cfg.evaluate.model_name}/{version}"
     tr.set_tags(run_id, tags)

@@ -234,9 +234,23 @@ class ResilientTracker:
     def log_artifacts(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self._call("log_artifacts", run_id=run_id, path=Path(path), artifact_path=artifact_path)
 
-    def log_torch_model(self, run_id: str, model, example, registered_name: str | None) -> str | None:
+    def log_torch_model(
+        self,
+        run_id: str,
+        model,
+        example,
+        registered_name: str | None,
+        weights: str | None = None,
+        metrics: dict[str, float] | None = None,
+    ) -> str | None:
         return self._call(
-            "log_torch_model", run_id=run_id, model=model, example=example, registered_name=registered_name
+            "log_torch_model",
+            run_id=run_id,
+            model=model,
+            example=example,
+            registered_name=registered_name,
+            weights=weights,
+            metrics=metrics,
         )
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:

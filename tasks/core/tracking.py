@@ -112,7 +112,15 @@ class Tracker:
     def log_artifacts(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifacts(run_id, str(path), artifact_path)
 
-    def log_torch_model(self, run_id: str, model, example, registered_name: str | None) -> str | None:
+    def log_torch_model(
+        self,
+        run_id: str,
+        model,
+        example,
+        registered_name: str | None,
+        weights: str | None = None,
+        metrics: dict[str, float] | None = None,
+    ) -> str | None:
         """Log a serving model with its signature; register it when a name is given. Returns the version."""
         import mlflow.pytorch
         import torch
@@ -123,14 +131,36 @@ class Tracker:
             out = model(example)
         signature = infer_signature(example.numpy(), out.numpy())
         with self.mlflow.start_run(run_id=run_id):
-            info = mlflow.pytorch.log_model(
-                model,
-                name="model",
-                signature=signature,
-                serialization_format="pickle",
-                registered_model_name=registered_name,
-            )
-        return str(info.registered_model_version) if registered_name else None
+            info = mlflow.pytorch.log_model(model, name="model", signature=signature, serialization_format="pickle")
+        return (
+            self.register(info.model_uri, registered_name, run_id, weights, metrics or {}) if registered_name else None
+        )
+
+    def register(self, model_uri: str, name: str, run_id: str, weights: str | None, metrics: dict[str, float]) -> str:
+        """One registry version per distinct weights (a rerun over cached training registers nothing new); the
+        ``champion`` alias moves to a new version only when it beats the current one on held-out PR-AUC."""
+        from mlflow.exceptions import MlflowException
+
+        if weights:
+            for v in self.client.search_model_versions(f"name = '{name}'"):
+                if v.tags.get("weights_sha256") == weights:
+                    return str(v.version)
+        pr_auc = float(metrics.get("pr_auc", float("nan")))
+        mv = self.mlflow.register_model(model_uri, name, tags={"weights_sha256": weights or "", "pr_auc": str(pr_auc)})
+        self.client.update_model_version(
+            name,
+            mv.version,
+            description=f"Fault-prediction graph model from MLflow run {run_id}: held-out PR-AUC {pr_auc:.4f} "
+            f"(tree baseline {float(metrics.get('baseline_pr_auc', float('nan'))):.4f}).",
+        )
+        try:
+            champion = self.client.get_model_version_by_alias(name, "champion")
+            best = float(champion.tags.get("pr_auc", "nan"))
+        except MlflowException:
+            best = float("nan")
+        if not best >= pr_auc:  # no champion yet (nan), or the new model is better
+            self.client.set_registered_model_alias(name, "champion", mv.version)
+        return str(mv.version)
 
     def end_run(self, run_id: str, status: str = "FINISHED", end_time_ms: int | None = None) -> None:
         self.client.set_terminated(run_id, status, end_time=end_time_ms)

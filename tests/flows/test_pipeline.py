@@ -56,6 +56,7 @@ def test_rerun_skips_every_stage(first_run):
     assert all(st["cached"] for st in again["stages"].values())
     assert again["metrics"]["pr_auc"] == summary["metrics"]["pr_auc"]
     assert again["mlflow_run_id"] != summary["mlflow_run_id"]
+    assert again["registered_model"] == summary["registered_model"]  # the same weights: no new registry version
 
 
 def test_from_features_on_an_existing_lake(first_run):
