@@ -16,7 +16,7 @@ from tasks.core.store import StageResult
 from tasks.evaluate import evaluate_task
 from tasks.features import features_task
 from tasks.ingest import ingest_task
-from tasks.runner import store_root
+from tasks.runner import store_root, value
 from tasks.runs import publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
 from tasks.tracking import finish_tracking, record_run, stage_summary, start_tracking
@@ -32,20 +32,22 @@ def run_stages(
 ) -> dict[str, StageResult]:
     stages: dict[str, StageResult] = {}
     if "validate" in plan:
-        raw = raw or simulate_task(cfg.workload, root).path
-        stages["validate"] = validate_task(str(raw), cfg.validate_, rt, root, redo("validate"))
+        raw = raw or value(simulate_task(cfg.workload, root)).path
+        stages["validate"] = value(validate_task(str(raw), cfg.validate_, rt, root, redo("validate")))
     if "ingest" in plan:
-        stages["ingest"] = ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest"))
+        stages["ingest"] = value(ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest")))
         lake, lake_fp = str(stages["ingest"].path), stages["ingest"].fingerprint
     elif "features" in plan:
         lake_fp = lake_fingerprint(Path(lake))
     if "features" in plan:
-        stages["features"] = features_task(lake, lake_fp, cfg.features, rt, root, redo("features"))
+        stages["features"] = value(features_task(lake, lake_fp, cfg.features, rt, root, redo("features")))
     if "train" in plan:
-        stages["train"] = train_task(stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"))
+        stages["train"] = value(
+            train_task(stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"))
+        )
     if "evaluate" in plan:
-        stages["evaluate"] = evaluate_task(
-            stages["features"], stages["train"], cfg.evaluate, cfg.train.seed, root, redo("evaluate")
+        stages["evaluate"] = value(
+            evaluate_task(stages["features"], stages["train"], cfg.evaluate, cfg.train.seed, root, redo("evaluate"))
         )
     return stages
 

@@ -7,7 +7,7 @@ from typing import Any
 from prefect import flow
 
 from tasks.core.config import load_config
-from tasks.runner import store_root
+from tasks.runner import store_root, value
 from tasks.simulate import simulate_task
 
 
@@ -34,7 +34,7 @@ def simulate_workload(
     """
     sets = {"topology": topology, "days": days, "seed": seed, "dirt": dirt, "start": start}
     cfg = load_config(profile, [f"workload.{k}={v}" for k, v in sets.items()])
-    result = simulate_task(cfg.workload, store_root(cfg.paths.root), out)
+    result = value(simulate_task(cfg.workload, store_root(cfg.paths.root), out))
     body = result if isinstance(result, dict) else result.manifest
     raw = out or str(result.path)
     print(f"exports in {raw}")

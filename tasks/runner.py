@@ -63,7 +63,26 @@ def finish_stage(result: StageResult, details: dict[str, Any] | None = None) -> 
         result.path,
     )
     publish_stage_artifact(result, details)
-    return result
+    return shown_cached(result)
+
+
+def shown_cached(result: StageResult) -> Any:
+    """Inside a task run, a reused output finishes the task as ``Cached`` (a Completed state so named) rather
+    than a 0.05-s ``Completed``; the flow reads the result with :func:`value`. Outside one (``.fn``, tests)
+    the result itself."""
+    from prefect.context import TaskRunContext
+    from prefect.states import Completed
+
+    if not result.cached or TaskRunContext.get() is None:
+        return result
+    return Completed(name="Cached", message=f"{result.stage}: reused {result.path}", data=result)
+
+
+def value(returned: Any) -> Any:
+    """What a stage task returned: its result, also when it finished as a named state (``Cached``)."""
+    from prefect.states import State
+
+    return returned.result() if isinstance(returned, State) else returned
 
 
 def publish_stage_artifact(result: StageResult, details: dict[str, Any] | None = None) -> None:

@@ -132,6 +132,9 @@ class Tracker:
         signature = infer_signature(example.numpy(), out.numpy())
         with self.mlflow.start_run(run_id=run_id):
             info = mlflow.pytorch.log_model(model, name="model", signature=signature, serialization_format="pickle")
+            held_out = {k: float(v) for k, v in (metrics or {}).items() if v == v}  # nan dropped
+            if held_out:  # the logged model carries its held-out evaluation, not the run's first epoch
+                self.mlflow.log_metrics(held_out, run_id=run_id, model_id=info.model_id)
         return (
             self.register(info.model_uri, registered_name, run_id, weights, metrics or {}) if registered_name else None
         )

@@ -24,4 +24,7 @@ def test_one_version_per_weights_and_the_champion_moves_only_when_beaten(tmp_pat
     assert str(tr.client.get_model_version_by_alias("m", "champion").version) == "3"
     versions = tr.client.search_model_versions("name = 'm'")
     assert sorted(str(v.version) for v in versions) == ["1", "2", "3"]
-    assert "PR-AUC 0.7000 (tree baseline 0.5000)" in tr.client.get_model_version("m", "3").description
+    v3 = tr.client.get_model_version("m", "3")
+    assert "PR-AUC 0.7000 (tree baseline 0.5000)" in v3.description
+    logged = [{m.key: m.value for m in lm.metrics} for lm in tr.client.search_logged_models([tr.experiment_id])]
+    assert sorted(m["pr_auc"] for m in logged) == [0.55, 0.6, 0.6, 0.7]  # evaluation
