@@ -327,6 +327,8 @@ def _quiet(verbose: int) -> None:
     """The CLI shows its own progress and summary; engine chatter (Dask, Spark, Prefect INFO) only with -v."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect's 20-s wait for its ephemeral API (migrations on a fresh PREFECT_HOME) runs out on a busy 2-core host
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if verbose < 2:
         for name in ("distributed", "dask", "py4j", "great_expectations", "mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
