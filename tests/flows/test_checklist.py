@@ -112,7 +112,9 @@ def test_check_takes_either_run_id_and_rejects_a_bad_one_at_once(pipeline_run):
     started = time.time()
     bad = faultline(*base, "--run", "no-such-run", root=root)
     assert bad.returncode == 2 and "no pipeline run 'no-such-run'" in bad.stderr
-    assert time.time() - started < 10, "a bad run id must be rejected before anything starts"
+    # before any flow, Spark or Prefect API starts: the cost is importing MLflow and reading its store once
+    # (5 s on an idle 2-core host, 13-17 s while CI keeps both cores busy; a flow run takes minutes)
+    assert time.time() - started < 30, "a bad run id must be rejected before anything starts"
     assert "Retrying" not in bad.stdout + bad.stderr
 
 
