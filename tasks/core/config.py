@@ -28,14 +28,8 @@ class _Section(BaseModel):
     @classmethod
     def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
         """``train.epochs=true`` is a mistake, not 1 (pydantic's lax mode would take it)."""
-        kinds = {
-            a
-            for a in (
-                cls.model_fields[info.field_name].annotation,
-                *get_args(cls.model_fields[info.field_name].annotation),
-            )
-        }
-        if isinstance(value, bool) and kinds & {int, float}:
+        annotation = cls.model_fields[info.field_name].annotation  # int, float, or int | None ...
+        if isinstance(value, bool) and {annotation, *get_args(annotation)} & {int, float}:
             raise ValueError(f"expected a number, got a boolean ({str(value).lower()})")
         return value
 

@@ -11,6 +11,7 @@ resumes where it stopped and never creates a run twice.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -30,6 +31,12 @@ log = logging.getLogger("faultline.tracking")
 JOURNAL, PROGRESS, DONE = "journal.jsonl", "progress.json", "replayed.json"
 PROVISIONAL = "spooled-"
 IDS = "ids.json"  # provisional -> real run ids over all journals (a crash mark may name another run's id)
+PROBE_TIMEOUT_S = 5.0
+# the Tracker methods that write to a run (journaled while the server is down)
+TRACKED = frozenset(
+    ("start_run", "log_params", "log_metrics", "set_tags", "log_artifact", "log_artifacts", "log_torch_model",
+     "end_run", "reopen_run")
+)  # fmt: skip
 
 
 def unreachable(uri: str, timeout: float | None = None) -> str | None:
@@ -37,8 +44,6 @@ def unreachable(uri: str, timeout: float | None = None) -> str | None:
     if not uri.startswith(("http://", "https://")):
         return None
     import requests
-
-    from .tracking import PROBE_TIMEOUT_S
 
     try:
         r = requests.get(uri.rstrip("/") + "/health", timeout=timeout or PROBE_TIMEOUT_S)
@@ -120,7 +125,7 @@ class ResilientTracker:
                 raise strict_rejection(self.uri, why)
             self._offline(why)
             return
-        self.replay_pending()
+        self._replay_pending()
 
     def _offline(self, why: str) -> None:
         self._why = why
@@ -133,10 +138,8 @@ class ResilientTracker:
             self.journal.dir,
         )
 
-    def replay_pending(self) -> list[dict[str, Any]]:
-        """Replay every journal not yet delivered, when the server answers; the outcome of each."""
-        if self.real is None or unreachable(self.uri) is not None:
-            return []
+    def _replay_pending(self) -> list[dict[str, Any]]:
+        """Replay every journal not yet delivered (``begin`` has just reached the server); the outcome of each."""
         out = []
         for j in pending(self.spool, exclude=self.journal.dir if self.journal else None):
             try:
@@ -216,48 +219,21 @@ class ResilientTracker:
             raise RuntimeError(f"MLflow tracking server {redact_text(self.uri)} unreachable ({self._why})")
         return self.real.client
 
-    def start_run(self, name: str, tags: dict[str, str]) -> str:
-        return self._call("start_run", name=name, tags=tags)
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        """``start_run``, ``log_metrics``, ... ``reopen_run``: the ``Tracker`` method of that name, with its own
+        signature; its arguments are bound to their names (what a journal line records)."""
+        if method not in TRACKED:
+            raise AttributeError(method)
+        from .tracking import Tracker
 
-    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        self._call("log_params", run_id=run_id, params={k: str(v) for k, v in params.items()})
+        signature = inspect.signature(getattr(Tracker, method))
 
-    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
-        self._call("log_metrics", run_id=run_id, metrics=metrics, step=step)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(None, *args, **kwargs).arguments
+            bound.pop("self")
+            return self._call(method, **bound)
 
-    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-        self._call("set_tags", run_id=run_id, tags={k: str(v) for k, v in tags.items()})
-
-    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
-        self._call("log_artifact", run_id=run_id, path=Path(path), artifact_path=artifact_path)
-
-    def log_artifacts(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
-        self._call("log_artifacts", run_id=run_id, path=Path(path), artifact_path=artifact_path)
-
-    def log_torch_model(
-        self,
-        run_id: str,
-        model,
-        example,
-        registered_name: str | None,
-        weights: str | None = None,
-        metrics: dict[str, float] | None = None,
-    ) -> str | None:
-        return self._call(
-            "log_torch_model",
-            run_id=run_id,
-            model=model,
-            example=example,
-            registered_name=registered_name,
-            weights=weights,
-            metrics=metrics,
-        )
-
-    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
-        self._call("end_run", run_id=run_id, status=status)
-
-    def reopen_run(self, run_id: str) -> None:
-        self._call("reopen_run", run_id=run_id)
+        return call
 
 
 def pending(spool: Path, exclude: Path | None = None) -> list[Path]:

@@ -24,7 +24,6 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-PROBE_TIMEOUT_S = 5.0
 SPOOL = "tracking-spool"  # under the store: journals of calls made while the server was down
 
 

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 def prefect_api(tmp_path_factory):
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    # None: wait as long as PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS (conftest: 120 s); the harness's own
+    # 30-s default ran out on a busy 2-core CI host.
+    with prefect_test_harness(server_startup_timeout=None):
         yield
 
 
