@@ -2,14 +2,17 @@
 # On the lent H200 (device tool), after bench/device/receive.sh unpacked the bundle in /tmp/fl/bundle.
 #   start     everything below in the background (setsid: it outlives the call); returns at once
 #   wait [S]  up to S seconds for it (default 540); prints the steps so far; copies the results into $OUT
-# The background chain (logs and results under /tmp/fl/out; the store under /tmp/fl/root):
-#   0. make setup BUNDLE=/tmp/fl/bundle (offline, timed); meanwhile, once the wheels are in, the gpu profile's
-#      raw exports are simulated (backbone/world, 14 days, 15.4 M KPI rows) so that overlaps Horovod's build
-#   1. faultline doctor; the CUDA kernel and GPU-vs-CPU features tests (REQUIRE_GPU=1)
-#   2. faultline bench e2e --profile gpu: the whole pipeline from those exports on the GPU path, then the CPU path
-#   3. faultline check on the GPU path's run
-#   4. the train stage again, 5 times (--refresh train), each followed by the GPU-utilization verdict
-#   5. faultline bench features --profile gpu at the same size (pandas, Dask on all cores, GPU, kernels)
+# The background chain (logs and results under /tmp/fl/out; the store under /tmp/fl/root): setup, then the steps
+# named in STEPS (default below), in that order, so that a lease that ends early loses the last ones:
+#   setup     make setup BUNDLE=/tmp/fl/bundle (offline, timed); meanwhile, once the wheels are in, the gpu
+#             profile's raw exports are simulated (backbone/world, 14 days, 15.4 M KPI rows)
+#   doctor    faultline doctor
+#   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path
+#   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth)
+#   check     faultline check on the newest GPU run (run's or e2e's)
+#   util      the train stage again, 5 times (--refresh train), each followed by the GPU-utilization verdict
+#   features  faultline bench features --profile gpu at the same size (pandas, Dask on all cores, GPU, kernels)
+#   tests     REQUIRE_GPU=1 pytest tests/gpu_kernels (the CUDA kernels and GPU-vs-CPU features)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PREFECT_HOME=/tmp/fl/prefect PREFECT_SERVER_ANALYTICS_ENABLED=false FAULTLINE_ROOT=/tmp/fl/root
@@ -23,6 +26,10 @@ presimulate() {  # as soon as the venv can import the simulator: the same conten
   echo "simulate rc=$?" >> $R/steps.log
 }
 
+# a value from a JSON file, or from the last line of a --json command's output
+run_summary() { python3 -c "import json,sys; t=open(sys.argv[1]).read().strip(); d=json.loads(t if t.startswith('{') and t.endswith('}') and '\n{' not in t else t.splitlines()[-1]); print(d$2)" "$1" 2>/dev/null; }
+util_verdict() { python3 -c "import json,sys; t=open(sys.argv[1]).read(); d=json.loads(t.strip().splitlines()[-1]); c=[c for c in d['checks'] if c['id']=='gpu_utilization'][0]; print(c['status'], '-', c['evidence'])" "$1" 2>&1 | tail -1 | cut -c1-260; }
+
 chain() {
   step "setup"; { nvidia-smi; nvidia-smi topo -m; python3 -c 'import sys, torch; print(sys.version, torch.__version__)'; } > $R/device.txt 2>&1
   presimulate & SIM=$!
@@ -31,26 +38,32 @@ chain() {
   else python3 -m deployments.setup install --bundle /tmp/fl/bundle > $R/install.log 2>&1; fi
   echo "install rc=$? in $(( $(date +%s) - t0 )) s" | tee $R/install_time.txt >> $R/steps.log
   wait $SIM
-  step "doctor"; $FL doctor --json > $R/doctor.txt 2>&1; grep -E "^  (FAIL|WARN)" $R/doctor.txt >> $R/steps.log
-  REQUIRE_GPU=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/gpu_kernels > $R/gpu_tests.txt 2>&1
-  tail -1 $R/gpu_tests.txt >> $R/steps.log
-  step "e2e"
-  $FL bench e2e --profile gpu --results $R --work /tmp/fl/bench --json > $R/e2e.log 2>&1
-  echo "e2e rc=$?" >> $R/steps.log
-  RUN=$(python3 -c "import json; print(json.load(open('$R/e2e.json'))['gpu_path']['mlflow_run_id'])" 2>/dev/null)
-  step "check $RUN"
-  $FL check --profile gpu --set paths.bench_results=$PWD/bench/results --run "$RUN" --json > $R/check.txt 2>&1
-  echo "check rc=$?" >> $R/steps.log; cp /tmp/fl/root/store/checklists/$RUN/checklist.* $R/ 2>/dev/null
-  LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
-  for i in 1 2 3 4 5; do
-    step "utilization repeat $i"
-    $FL run --profile gpu --from features --lake "$LAKE" --until train --refresh train --json > $R/util_$i.log 2>&1
-    $FL check --profile gpu --no-probe --json > $R/util_check_$i.txt 2>&1
-    grep -m1 "gpu_utilization" $R/util_check_$i.txt | cut -c1-200 >> $R/steps.log
+  RUN=""
+  for s in ${STEPS:-doctor run check util features tests e2e}; do
+    step "$s"
+    case $s in
+    doctor) $FL doctor --json > $R/doctor.txt 2>&1; grep -E "^  (FAIL|WARN)" $R/doctor.txt >> $R/steps.log ;;
+    tests) REQUIRE_GPU=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/gpu_kernels > $R/gpu_tests.txt 2>&1
+      tail -1 $R/gpu_tests.txt >> $R/steps.log ;;
+    run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
+      echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']")
+      python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+    e2e) $FL bench e2e --profile gpu --results $R --work /tmp/fl/bench --json > $R/e2e.log 2>&1
+      echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']") ;;
+    check) $FL check --profile gpu --set paths.bench_results=$PWD/bench/results --run "$RUN" --json > $R/check.txt 2>&1
+      echo "check $RUN rc=$?" >> $R/steps.log; cp /tmp/fl/root/store/checklists/$RUN/checklist.* $R/ 2>/dev/null ;;
+    util) LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
+      for i in 1 2 3 4 5; do
+        $FL run --profile gpu --topology backbone/world --days 14 --from features --lake "$LAKE" --until train \
+          --refresh train --json > $R/util_$i.json 2> $R/util_$i.log
+        $FL check --profile gpu --no-probe --json > $R/util_check_$i.txt 2>&1
+        echo "repeat $i: $(util_verdict $R/util_check_$i.txt)" >> $R/steps.log
+      done ;;
+    features) $FL bench features --profile gpu --rows ${ROWS:-15379200} --pandas-budget 60 --results $R \
+        --work /tmp/fl/bench --json > $R/features.log 2>&1
+      echo "features rc=$?" >> $R/steps.log ;;
+    esac
   done
-  step "features bench"
-  $FL bench features --profile gpu --rows ${ROWS:-15379200} --pandas-budget 60 --results $R --work /tmp/fl/bench --json > $R/features.log 2>&1
-  echo "features rc=$?" >> $R/steps.log
   step "done"; touch /tmp/fl/done
 }
 
@@ -67,5 +80,5 @@ wait)
   ;;
 esac
 # at most 8 files come back: the headline files, and everything else in one tarball
-for f in steps.log install_time.txt e2e.json e2e.png checklist.md features.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+for f in steps.log install_time.txt e2e.json checklist.md features.json run.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
 tar czf $OUT/out.tgz --exclude='*.tgz' -C $R . 2>/dev/null; true

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ def train_stage(
     """Train in ``out`` (model.pt, history.json, train.log, data.npz, trace.json, GPU samples); resumes from the
     newest complete checkpoint in ``checkpoints`` whose data fingerprint matches. Returns the manifest body."""
     topo = Topology.read(features_dir / "topology.json")
+    started = time.perf_counter()
     data = prepare_tensors(features_dir / "features", topo, names, cfg.window, test_fraction, out / "data.npz")
+    data["tensor_build_s"] = round(time.perf_counter() - started, 2)  # host side, before any rank starts
     spec = training_spec(
         cfg.engine, rt.device, cfg, out / "data.npz", checkpoints, out, fingerprint, rt.threads_per_rank
     )

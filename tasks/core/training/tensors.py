@@ -1,12 +1,20 @@
-"""Dense snapshot tensors from the features: X [T, E, F] standardised on the train window, labels and mask."""
+"""Dense snapshot tensors from the features: X [T, E, F] standardised on the train window, labels and mask.
+
+Built column by column in threads (numpy releases the GIL in its loops) straight from Arrow, with float64
+statistics and a float32 result: no pandas frame, no float64 copy of the whole matrix (at 15 M rows x 84
+features the old frame-wide build took 80 s of the train stage on the H200 host)."""
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tasks.core.topology import Topology
 
@@ -17,29 +25,75 @@ def split_times(n_times: int, test_fraction: float) -> tuple[int, int]:
     return int(test_start * 0.85), test_start
 
 
+def _micros(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Timestamps as int64 microseconds since the epoch (UTC), whatever unit the writer used."""
+    return col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+
+
+def _element_index(col: pa.ChunkedArray, topo: Topology, where: Path) -> np.ndarray:
+    if pa.types.is_dictionary(col.type):  # a categorical column (as cuDF may write it)
+        col = col.cast(col.type.value_type)
+    idx = pc.index_in(col, value_set=pa.array(topo.element_ids, type=col.type))
+    if idx.null_count:
+        unknown = pc.unique(pc.filter(col, pc.is_null(idx))).to_pylist()[:5]
+        raise ValueError(f"{where}: element_id {unknown} not in the topology ({topo.n} elements expected)")
+    return idx.to_numpy().astype(np.int64)
+
+
+def _standardise(v: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """One feature column: z-scores on the train rows' mean and std (float64), missing and non-finite -> 0."""
+    vt = v[train]
+    mu, sd = (float(np.nanmean(vt)), float(np.nanstd(vt))) if vt.size else (np.nan, np.nan)
+    if not np.isfinite(sd) or sd < 1e-9:
+        sd = 1.0
+    z = np.nan_to_num((v - mu) / sd, nan=0.0, posinf=0.0, neginf=0.0)
+    return z.astype(np.float32), mu, sd
+
+
+def _standardised_rows(
+    table: pa.Table, names: list[str], train: np.ndarray, threads: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[rows, F] float32 z-scores and the per-feature mean and std, one column per thread."""
+    rows = np.empty((table.num_rows, len(names)), dtype=np.float32)
+    mu, sd = np.empty(len(names)), np.empty(len(names))
+
+    def column(j: int) -> None:
+        rows[:, j], mu[j], sd[j] = _standardise(table.column(names[j]).to_numpy().astype(np.float64), train)
+
+    with ThreadPoolExecutor(max_workers=threads or min(32, os.cpu_count() or 1)) as pool:
+        list(pool.map(column, range(len(names))))
+    return rows, mu, sd
+
+
 def prepare_tensors(
-    features_dir: Path, topo: Topology, names: list[str], window: int, test_fraction: float, out: Path
+    features_dir: Path,
+    topo: Topology,
+    names: list[str],
+    window: int,
+    test_fraction: float,
+    out: Path,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """features Parquet -> X [T, E, F] (standardised on the train window), y and mask [T, E]."""
-    df = pd.read_parquet(features_dir, columns=["element_id", "timestamp", *names, "label", "in_fault"])
-    times = np.sort(df["timestamp"].unique())
-    t_idx = np.searchsorted(times, df["timestamp"].to_numpy())
-    index = {e: i for i, e in enumerate(topo.element_ids)}
-    e_idx = df["element_id"].map(index).to_numpy()
-    n_t, n_e = len(times), topo.n
+    table = pq.read_table(features_dir, columns=["element_id", "timestamp", *names, "label", "in_fault"])
+    ts = _micros(table.column("timestamp"))
+    times = np.sort(pc.unique(ts).to_numpy())
+    t_idx = np.searchsorted(times, ts.to_numpy())
+    e_idx = _element_index(table.column("element_id"), topo, features_dir)
+    n_t, n_e, n_f = len(times), topo.n, len(names)
     val_start, test_start = split_times(n_t, test_fraction)
-    values = df[names].to_numpy(np.float64)
-    train_rows = t_idx < val_start
-    mu = np.nanmean(values[train_rows], axis=0)
-    sd = np.nanstd(values[train_rows], axis=0)
-    sd[~np.isfinite(sd) | (sd < 1e-9)] = 1.0
-    values = np.nan_to_num((values - mu) / sd, nan=0.0, posinf=0.0, neginf=0.0)
-    x = np.zeros((n_t, n_e, len(names)), dtype=np.float32)
-    x[t_idx, e_idx] = values.astype(np.float32)
-    y = np.zeros((n_t, n_e), dtype=np.int8)
-    mask = np.zeros((n_t, n_e), dtype=np.int8)
-    y[t_idx, e_idx] = df["label"].to_numpy()
-    mask[t_idx, e_idx] = 1 - df["in_fault"].to_numpy()
+    cell = t_idx * n_e + e_idx
+    rows, mu, sd = _standardised_rows(table, names, t_idx < val_start, threads)
+    x = np.zeros((n_t, n_e, n_f), dtype=np.float32)
+    x.reshape(n_t * n_e, n_f)[cell] = rows
+    del rows
+    y = np.zeros(n_t * n_e, dtype=np.int8)
+    mask = np.zeros(n_t * n_e, dtype=np.int8)
+    y[cell] = table.column("label").to_numpy()
+    mask[cell] = 1 - table.column("in_fault").to_numpy()
+    filled = np.zeros(n_t * n_e, dtype=bool)
+    filled[cell] = True
+    y, mask = y.reshape(n_t, n_e), mask.reshape(n_t, n_e)
     indptr, indices = topo.csr()
     first = window - 1
     np.savez(
@@ -54,16 +108,16 @@ def prepare_tensors(
         test_t=np.arange(max(first, test_start), n_t),
         mean=mu,
         std=sd,
-        times=pd.DatetimeIndex(times).as_unit("us").asi8,
+        times=times,
     )
     return {
         "times": n_t,
         "elements": n_e,
-        "features": len(names),
+        "features": n_f,
         "val_start": val_start,
         "test_start": test_start,
         "feature_names": names,
-        "rows": len(df),
-        "cells_filled": int(len(np.unique(t_idx * n_e + e_idx))),
+        "rows": table.num_rows,
+        "cells_filled": int(filled.sum()),
         "train_positive_rate": float(y[:val_start][mask[:val_start] > 0].mean()),
     }

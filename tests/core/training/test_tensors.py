@@ -1,0 +1,77 @@
+"""The dense training tensors: built column by column from Arrow, checked against a plain pandas reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks.core.topology import Topology
+from tasks.core.training.tensors import prepare_tensors, split_times
+
+NAMES = ["a", "b", "c"]
+
+
+def _features(tmp_path, rng, n_t=40, drop=0.1, unit="us"):
+    topo = Topology("t", ("e0", "e1", "e2", "e3"), ("e0", "e1", "e2", "e3"), ((0, 1), (1, 2), (2, 3)))
+    times = pd.date_range("2026-01-01", periods=n_t, freq="5min", tz="UTC").as_unit(unit)
+    df = pd.DataFrame([(e, t) for t in times for e in topo.element_ids], columns=["element_id", "timestamp"]).sample(
+        frac=1 - drop, random_state=1
+    )  # missing cells, rows in no particular order
+    for name in NAMES:
+        df[name] = rng.normal(5.0, 3.0, len(df))
+    df.loc[df.sample(frac=0.05, random_state=2).index, "a"] = np.nan
+    df["c"] = 7.0  # constant: std 0 -> 1
+    df["label"] = (rng.random(len(df)) < 0.2).astype(np.int8)
+    df["in_fault"] = (rng.random(len(df)) < 0.1).astype(np.int8)
+    (tmp_path / "features").mkdir()
+    half = len(df) // 2  # two files, as the features stage writes several
+    df.iloc[:half].to_parquet(tmp_path / "features" / "part-0.parquet")
+    df.iloc[half:].to_parquet(tmp_path / "features" / "part-1.parquet")
+    return topo, df
+
+
+def _reference(df, topo, test_fraction):
+    times = np.sort(df["timestamp"].unique())
+    t_idx = np.searchsorted(times, df["timestamp"].to_numpy())
+    e_idx = df["element_id"].map({e: i for i, e in enumerate(topo.element_ids)}).to_numpy()
+    val_start, _ = split_times(len(times), test_fraction)
+    values = df[NAMES].to_numpy(np.float64)
+    mu = np.nanmean(values[t_idx < val_start], axis=0)
+    sd = np.nanstd(values[t_idx < val_start], axis=0)
+    sd[sd < 1e-9] = 1.0
+    x = np.zeros((len(times), topo.n, len(NAMES)), dtype=np.float32)
+    x[t_idx, e_idx] = np.nan_to_num((values - mu) / sd, nan=0.0)
+    y = np.zeros((len(times), topo.n), dtype=np.int8)
+    y[t_idx, e_idx] = df["label"].to_numpy()
+    mask = np.zeros((len(times), topo.n), dtype=np.int8)
+    mask[t_idx, e_idx] = 1 - df["in_fault"].to_numpy()
+    return x, y, mask, mu, sd, pd.DatetimeIndex(times).as_unit("us").asi8
+
+
+@pytest.mark.parametrize("unit", ["us", "ns"])
+def test_tensors_match_a_pandas_reference(tmp_path, unit):
+    topo, df = _features(tmp_path, np.random.default_rng(0), unit=unit)
+    meta = prepare_tensors(tmp_path / "features", topo, NAMES, 3, 0.25, tmp_path / "data.npz", threads=2)
+    d = np.load(tmp_path / "data.npz")
+    x, y, mask, mu, sd, times = _reference(df, topo, 0.25)
+    np.testing.assert_allclose(d["X"], x, atol=1e-6)
+    assert d["X"].dtype == np.float32
+    np.testing.assert_array_equal(d["y"], y)
+    np.testing.assert_array_equal(d["mask"], mask)
+    np.testing.assert_allclose(d["mean"], mu)
+    np.testing.assert_allclose(d["std"], sd)
+    np.testing.assert_array_equal(d["times"], times)
+    assert d["std"][2] == 1.0 and np.all(d["X"][:, :, 2] == 0.0)  # a constant feature is all zeros
+    val_start, test_start = split_times(40, 0.25)
+    assert (meta["val_start"], meta["test_start"]) == (val_start, test_start)
+    assert meta["rows"] == len(df) and meta["cells_filled"] == len(df) < 40 * topo.n
+    np.testing.assert_array_equal(d["train_t"], np.arange(2, val_start))
+    np.testing.assert_array_equal(d["test_t"], np.arange(test_start, 40))
+
+
+def test_an_element_outside_the_topology_is_named(tmp_path):
+    topo, df = _features(tmp_path, np.random.default_rng(0))
+    small = Topology("t", topo.element_ids[:3], topo.names[:3], ((0, 1), (1, 2)))
+    with pytest.raises(ValueError, match=r"element_id \['e3'\] not in the topology \(3 elements expected\)"):
+        prepare_tensors(tmp_path / "features", small, NAMES, 3, 0.25, tmp_path / "data.npz")
