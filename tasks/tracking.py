@@ -126,6 +126,8 @@ def _stage_tags(stages: dict[str, StageResult]) -> dict[str, str]:
 
 def _log_validation(tr: Tracker, run_id: str, validate: StageResult, tags: dict[str, str]) -> None:
     tr.log_metrics(run_id, {"validate.quarantine_rate": validate["quarantine_rate"]})
+    if validate.get("expectations_md") and (validate.path / validate["expectations_md"]).is_file():
+        tr.log_artifact(run_id, validate.path / validate["expectations_md"], "validation")
     if validate.get("data_docs_rel"):
         docs = validate.path / validate["data_docs_rel"]
         tags["gx_data_docs"] = str(docs)

@@ -155,6 +155,8 @@ def _gx_results(v: dict[str, Any]) -> str:
         return "no GX suite results recorded"
     failed = [name for name, ok in suites.items() if not ok]
     text = f"GX: {len(suites) - len(failed)} of {len(suites)} suites passed"
+    if v.get("gx_mostly") is not None and v["gx_mostly"] < 1.0:
+        text += f" (each row rule needs {v['gx_mostly']:.0%} of rows)"
     return text + (f" (not: {', '.join(sorted(failed))})" if failed else "")
 
 
@@ -167,7 +169,8 @@ def check_validation(ev: dict[str, Any], v: dict[str, Any]) -> Outcome:
     text = f"{_gx_results(v)}; quarantine rate {rate:.3%} (limit {limit:.1%})"
     if lost:
         return Outcome(FAIL, f"{text}; ingest lost {lost} rows (in != out + quarantined)")
-    return Outcome(PASS if rate <= limit else FAIL, text)
+    gx_failed = v.get("gx_mostly") is not None and not all((v.get("gx_success") or {}).values())
+    return Outcome(PASS if rate <= limit and not gx_failed else FAIL, text)
 
 
 @requires_stage("ingest")

@@ -47,26 +47,22 @@ class Rule:
             return c.isNotNull() & ((c < F.lit(lo)) | (c >= F.lit(hi)))
         raise ValueError(self.kind)
 
-    def expectation(self):
+    def expectation(self, mostly: float = 1.0):
+        """The rule as a GX expectation; ``mostly`` is the share of rows that must pass it (the dirt the pipeline
+        tolerates, quarantining the rest)."""
         import great_expectations as gx
 
         E = gx.expectations
-        meta = {"reason": self.reason}
+        kw = {"column": self.column, "meta": {"reason": self.reason}, "mostly": mostly}
         if self.kind == "not_null":
-            return E.ExpectColumnValuesToNotBeNull(column=self.column, meta=meta)
+            return E.ExpectColumnValuesToNotBeNull(**kw)
         if self.kind == "range":
-            return E.ExpectColumnValuesToBeBetween(
-                column=self.column, min_value=self.params["min"], max_value=self.params["max"], meta=meta
-            )
+            return E.ExpectColumnValuesToBeBetween(min_value=self.params["min"], max_value=self.params["max"], **kw)
         if self.kind == "value_set":
-            return E.ExpectColumnValuesToBeInSet(column=self.column, value_set=list(self.params["values"]), meta=meta)
+            return E.ExpectColumnValuesToBeInSet(value_set=list(self.params["values"]), **kw)
         if self.kind == "in_window":
             return E.ExpectColumnValuesToBeBetween(
-                column=self.column,
-                min_value=self.params["start"],
-                max_value=self.params["end"],
-                strict_max=True,
-                meta=meta,
+                min_value=self.params["start"], max_value=self.params["end"], strict_max=True, **kw
             )
         raise ValueError(self.kind)
 

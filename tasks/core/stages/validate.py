@@ -72,7 +72,7 @@ def _summarise(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _file_expectations(columns) -> list:
+def _file_expectations(columns, mostly: float) -> list:
     import great_expectations as gx
 
     E = gx.expectations
@@ -82,20 +82,20 @@ def _file_expectations(columns) -> list:
             column_list=[c.name for c in columns] + [CORRUPT, "_source_file", "_seq"]
         ),
         *[E.ExpectColumnValuesToBeOfType(column=c.name, type_=SPARK_TYPE[c.kind]) for c in columns],
-        E.ExpectColumnValuesToBeNull(column=CORRUPT, meta={"reason": "malformed"}),
+        E.ExpectColumnValuesToBeNull(column=CORRUPT, meta={"reason": "malformed"}, mostly=mostly),
     ]
 
 
-def _row_expectations(rules: list[Rule], key: tuple[str, ...]) -> list:
+def _row_expectations(rules: list[Rule], key: tuple[str, ...], mostly: float) -> list:
     import great_expectations as gx
 
     E = gx.expectations
     unique = (
-        E.ExpectCompoundColumnsToBeUnique(column_list=list(key))
+        E.ExpectCompoundColumnsToBeUnique(column_list=list(key), mostly=mostly)
         if len(key) > 1
-        else E.ExpectColumnValuesToBeUnique(column=key[0])
+        else E.ExpectColumnValuesToBeUnique(column=key[0], mostly=mostly)
     )
-    return [*[r.expectation() for r in rules], unique]
+    return [*[r.expectation(mostly) for r in rules], unique]
 
 
 def _topology_suite(spark, topo) -> tuple[list, Any]:
@@ -133,8 +133,12 @@ def _gx_context(out_dir: Path, build_docs: bool):
     return context, context.data_sources.add_spark(name="raw_exports"), actions
 
 
-def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = True) -> dict[str, Any]:
-    """File-level checks, then one GX suite per source; returns the validation summary."""
+def run_validation(
+    spark, layout: RawLayout, out_dir: Path, build_docs: bool = True, mostly: float = 1.0
+) -> dict[str, Any]:
+    """File-level checks, then one GX suite per source; returns the validation summary. ``mostly``: the share
+    of rows each row rule (and the malformed-line and uniqueness checks) needs for GX to pass it; the pipeline
+    passes ``1 - validate.max_quarantine_rate``, the dirt it tolerates (and quarantines)."""
     from pyspark.sql import functions as F
 
     files = check_files(layout)
@@ -148,9 +152,11 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
     results, counts = {}, {}
     for source, df in frames.items():
         columns = KPI_COLUMNS if source == "kpi" else ALARM_COLUMNS
-        results[f"{source}_file"] = _run_suite(context, src, f"{source}_file", _file_expectations(columns), df, actions)
+        results[f"{source}_file"] = _run_suite(
+            context, src, f"{source}_file", _file_expectations(columns, mostly), df, actions
+        )
         parsed = df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT)
-        row_exps = _row_expectations(rules[source], KEYS[source])
+        row_exps = _row_expectations(rules[source], KEYS[source], mostly)
         results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions)
         counts[source] = rule_counts(df, rules[source])
         counts[source]["malformed"] = df.filter(F.col(CORRUPT).isNotNull()).count()
@@ -168,6 +174,7 @@ def run_validation(spark, layout: RawLayout, out_dir: Path, build_docs: bool = T
         "violations": counts,
         "expectations": {name: _summarise(r) for name, r in results.items()},
         "gx_success": {name: r["_success"] for name, r in results.items()},
+        "gx_mostly": mostly,
         "topology_ok": results["topology"]["_success"],
         "result_json": str(result_path),
         "data_docs": docs[0]["site_url"] if docs else None,
@@ -193,12 +200,55 @@ def quarantine_rate(validation: dict[str, Any]) -> float:
 
 
 DATA_DOCS = "gx/uncommitted/data_docs/local_site/index.html"
+EXPECTATIONS_MD = "expectations.md"
+
+
+def expectation_rows(expectations: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every expectation that found bad rows or failed, with GX's count: what a reader of the run looks for."""
+    return [
+        {
+            "suite": suite,
+            "expectation": e["expectation"],
+            "column": ", ".join(e["column"]) if isinstance(e["column"], list) else e["column"],
+            "reason": e["reason"],
+            "unexpected": e["unexpected_count"],
+            "passed": e["success"],
+        }
+        for suite, exps in expectations.items()
+        for e in exps
+        if not e["success"] or e["unexpected_count"]
+    ]
+
+
+def expectations_markdown(summary: dict[str, Any]) -> str:
+    """The suites' verdicts and the expectations that counted bad rows, as markdown (logged to MLflow)."""
+    mostly = summary.get("gx_mostly", 1.0)
+    lines = [
+        "# Validation (Great Expectations)",
+        "",
+        f"Each row rule passes when at least {mostly:.0%} of rows meet it; the rest are quarantined by ingest.",
+        "",
+        "| suite | passed |",
+        "|---|---|",
+        *[f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in summary["gx_success"].items()],
+        "",
+    ]
+    rows = expectation_rows(summary["expectations"])
+    if not rows:
+        return "\n".join([*lines, "No expectation found a bad row.", ""])
+    lines += ["| suite | expectation | column | reason | unexpected rows | passed |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| {r['suite']} | {r['expectation']} | {r['column']} | {r['reason'] or ''} | {r['unexpected']} | "
+        f"{'yes' if r['passed'] else '**no**'} |"
+        for r in rows
+    ]
+    return "\n".join([*lines, ""])
 
 
 def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig) -> dict[str, Any]:
     """The validate stage's output in ``out_dir`` and its manifest body; rejects the run (exit 2) when more
     rows break the rules than ``validate.max_quarantine_rate`` allows."""
-    summary = run_validation(spark, layout, out_dir, cfg.build_data_docs)
+    summary = run_validation(spark, layout, out_dir, cfg.build_data_docs, mostly=1.0 - cfg.max_quarantine_rate)
     rate = quarantine_rate(summary)
     if rate > cfg.max_quarantine_rate:
         raise DataRejected(
@@ -207,6 +257,7 @@ def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig)
             file=str(layout.root),
         )
     rows = sum(summary["rows"].values())
+    (out_dir / EXPECTATIONS_MD).write_text(expectations_markdown(summary))
     return {
         "raw": str(layout.root),
         "rows_in": rows,
@@ -214,5 +265,6 @@ def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig)
         "rows_quarantined": 0,
         "quarantine_rate": rate,
         "data_docs_rel": DATA_DOCS if cfg.build_data_docs else None,
+        "expectations_md": EXPECTATIONS_MD,
         **{k: v for k, v in summary.items() if k not in ("result_json", "data_docs")},
     }

@@ -218,6 +218,13 @@ def test_validation_passed_reports_gx_results():
     ev = cpu_run()
     ev["manifests"]["ingest"]["rows_out"] -= 3
     assert "lost 3 rows" in broken(ev, "validation_passed", "GX Data Docs")["evidence"]
+    # the tolerated dirt in the expectations themselves (mostly): then a failed GX suite fails the check
+    ev = cpu_run()
+    ev["manifests"]["validate"]["gx_mostly"] = 0.8
+    r = result(ev, "validation_passed")
+    assert r["status"] == PASS and "2 of 2 suites passed (each row rule needs 80% of rows)" in r["evidence"]
+    ev["manifests"]["validate"]["gx_success"]["kpi_rows"] = False
+    assert "(not: kpi_rows)" in broken(ev, "validation_passed", "GX Data Docs")["evidence"]
 
 
 def test_executor_memory_rule():

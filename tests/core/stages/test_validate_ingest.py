@@ -10,7 +10,7 @@ from tasks.core.config import load_config
 from tasks.core.stages.ingest import run_ingest
 from tasks.core.stages.raw import discover
 from tasks.core.stages.simulate import simulate
-from tasks.core.stages.validate import run_validation
+from tasks.core.stages.validate import expectation_rows, expectations_markdown, run_validation
 
 pytestmark = pytest.mark.spark
 
@@ -89,6 +89,45 @@ def test_validation_reports_gx_results_and_docs(spark, tiny_raw, tmp_path):
     } <= names
     assert summary["data_docs"].endswith("index.html")
     assert (tmp_path / "validation_result.json").stat().st_size > 1000
+
+
+def test_tolerated_dirt_passes_gx_with_the_same_counts(spark, tiny_raw, tmp_path):
+    """mostly = 1 - validate.max_quarantine_rate: GX passes the injected dirt the pipeline quarantines, and still
+    counts every bad row (the cross-check against the Spark predicates holds)."""
+    strict = run_validation(spark, discover(tiny_raw), tmp_path / "strict", build_docs=False)
+    tolerant = run_validation(spark, discover(tiny_raw), tmp_path / "tolerant", build_docs=False, mostly=0.8)
+    assert not all(strict["gx_success"].values())
+    assert all(tolerant["gx_success"].values()), tolerant["gx_success"]
+    assert tolerant["gx_mostly"] == 0.8 and tolerant["violations"] == strict["violations"]
+
+    def counts(s):
+        return {k: [e["unexpected_count"] for e in v] for k, v in s["expectations"].items()}
+
+    assert counts(tolerant) == counts(strict)
+    md = expectations_markdown(strict)
+    assert "| kpi_rows | **no** |" in md and "| topology | yes |" in md
+    assert "expect_column_values_to_be_between" in md and "at least 100% of rows" in md
+    assert "| kpi_rows | **no** |" not in expectations_markdown(tolerant)
+
+
+def test_expectation_rows_list_only_what_found_bad_rows():
+    exps = {
+        "kpi_rows": [
+            {"expectation": "e1", "column": "cpu", "reason": "range", "success": True, "unexpected_count": 4},
+            {"expectation": "e2", "column": "mem", "reason": "range", "success": True, "unexpected_count": 0},
+            {"expectation": "e3", "column": ["a", "b"], "reason": None, "success": False, "unexpected_count": 2},
+        ],
+        "topology": [{"expectation": "e4", "column": "x", "reason": None, "success": True, "unexpected_count": 0}],
+    }
+    rows = expectation_rows(exps)
+    assert [(r["expectation"], r["column"], r["unexpected"], r["passed"]) for r in rows] == [
+        ("e1", "cpu", 4, True),
+        ("e3", "a, b", 2, False),
+    ]
+    md = expectations_markdown({"gx_success": {"kpi_rows": False}, "expectations": exps, "gx_mostly": 0.8})
+    assert "at least 80% of rows" in md and "| kpi_rows | e3 | a, b |  | 2 | **no** |" in md
+    clean = {"gx_success": {"topology": True}, "expectations": {"topology": exps["topology"]}}
+    assert "No expectation found a bad row." in expectations_markdown(clean)
 
 
 def test_ingest_output_typed_and_partitioned(spark, tiny_raw, tmp_path):
