@@ -1,6 +1,9 @@
-"""A local Prefect stack: server (SQLite), work pools, every deployment in prefect.yaml, and a worker.
+"""A local stack: the Prefect server (SQLite), work pools, every deployment in prefect.yaml and a worker, plus an
+MLflow tracking server over the store's own SQLite database and a file server for the store (GX Data Docs), all
+on 127.0.0.1. The worker's runs log to that MLflow server, and their links (run-links artifact, MLflow tags) are
+http links into these servers.
 
-``python -m deployments.stack up`` (what ``make ui`` runs) starts it and prints the UI's URL; Ctrl-C stops it.
+``python -m deployments.stack up`` (what ``make ui`` runs) starts it and prints the URLs; Ctrl-C stops it.
 The browser tests start the same stack with ``Stack(...).start()``.
 """
 
@@ -35,6 +38,9 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/api"
         self.store = Path(store).resolve() if store else None
+        self.root = self.store or REPO / ".faultline"  # the profiles' paths.root when no store is given
+        self.mlflow_url = f"http://127.0.0.1:{free_port()}"
+        self.files_url = f"http://127.0.0.1:{free_port()}"
         self.log_dir = Path(log_dir or self.home / "logs")
         self.fast = fast_schedules
         self.procs: list[subprocess.Popen] = []
@@ -50,6 +56,9 @@ class Stack:
             "PREFECT_SERVER_API_PORT": str(self.port),
             "PREFECT_UI_API_URL": self.api,
             "FAULTLINE_HOME": str(REPO),
+            "FAULTLINE_MLFLOW_URI": self.mlflow_url,
+            "FAULTLINE_FILES_URL": self.files_url,
+            "FAULTLINE_FILES_DIR": str(self.root),
             "PYTHONPATH": str(REPO),
         }
         if self.store:
@@ -77,11 +86,11 @@ class Stack:
             )
         return p.stdout
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+    def _spawn(self, name: str, *args: str, module: str = "prefect") -> subprocess.Popen:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "prefect", *args],
+            [sys.executable, "-m", module, *args],
             env=self.env,
             cwd=REPO,
             stdout=log,
@@ -91,20 +100,40 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def wait_healthy(self, timeout: float = 120) -> None:
+    def wait_healthy(self, url: str | None = None, timeout: float = 120) -> None:
+        url = url or f"{self.api}/health"
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.api}/health", timeout=2) as r:
+                with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.5)
-        raise TimeoutError(f"Prefect server at {self.url} not healthy after {timeout} s (see {self.log_dir})")
+        raise TimeoutError(f"{url} not healthy after {timeout} s (see {self.log_dir})")
+
+    def _start_mlflow_and_files(self) -> None:
+        """MLflow's server over the same SQLite store and artifact directory the CLI's runs use (so both show),
+        and a static file server for the store (Data Docs open over http, not file://)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        port = self.mlflow_url.rsplit(":", 1)[1]
+        self._spawn(
+            "mlflow",
+            "server",
+            *("--host", "127.0.0.1", "--port", port, "--workers", "1", "--no-serve-artifacts"),
+            *("--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}"),
+            *("--default-artifact-root", (self.root / "mlartifacts").as_uri()),
+            module="mlflow",
+        )
+        port = self.files_url.rsplit(":", 1)[1]
+        self._spawn("files", port, "--bind", "127.0.0.1", "--directory", str(self.root), module="http.server")
+        self.wait_healthy(f"{self.mlflow_url}/health", timeout=300)  # its first start migrates the database
+        self.wait_healthy(f"{self.files_url}/")
 
     def start(self, deploy: bool = True, worker: bool = True) -> Stack:
         self.home.mkdir(parents=True, exist_ok=True)
         self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
+        self._start_mlflow_and_files()
         self.wait_healthy()
         for pool in POOLS:
             self._prefect("work-pool", "create", pool, "--type", "process", "--overwrite")
@@ -145,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     stack = Stack(Path(args.home), args.port).start()
     print(f"Prefect UI: {stack.url}  (pools {', '.join(POOLS)}; worker on faultline-cpu; logs {stack.log_dir})")
+    print(f"MLflow UI:  {stack.mlflow_url}  (store {stack.root / 'mlflow.db'})")
+    print(f"Data Docs:  {stack.files_url}/store/validate/<fingerprint>/gx/uncommitted/data_docs/local_site/")
+    env = stack.home / "ui.env"
+    env.write_text(
+        f"export PREFECT_API_URL={stack.api}\nexport FAULTLINE_MLFLOW_URI={stack.mlflow_url}\n"
+        f"export FAULTLINE_FILES_URL={stack.files_url}\nexport FAULTLINE_FILES_DIR={stack.root}\n"
+    )
+    print(f"CLI runs land in this UI after `source {env}` (else they use a temporary Prefect API of their own)")
     print(
         "Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit, "
         "environment_doctor/doctor, "

@@ -10,6 +10,7 @@ from prefect import task
 
 from tasks.core.config import FaultlineConfig
 from tasks.core.runs import dead_runs, mark_crashed
+from tasks.core.store import file_url
 from tasks.runner import TASK_OPTIONS, logger, publish_markdown
 from tasks.tracking import tracker_for
 
@@ -63,19 +64,39 @@ def recover_crashed_runs(cfg: FaultlineConfig, root: Path) -> list[dict[str, Any
     return found
 
 
+def mlflow_run_url(summary: dict[str, Any]) -> str | None:
+    uri, run = str(summary.get("tracking_uri") or ""), summary.get("mlflow_run_id")
+    if not (uri.startswith("http") and run) or str(summary.get("tracking", "")).startswith("journaled"):
+        return None
+    return f"{uri.rstrip('/')}/#/experiments/{summary.get('experiment_id')}/runs/{run}"
+
+
+def _prefect_run_url() -> str | None:
+    try:
+        from prefect.runtime import flow_run
+
+        return flow_run.ui_url
+    except Exception:  # outside a flow run, or no API
+        return None
+
+
 def publish_links(summary: dict[str, Any]) -> None:
-    """The run's links: the MLflow run, the GX Data Docs, the registered model."""
+    """The run's links: the MLflow run, the Prefect flow run, the GX Data Docs, the registered model; http links
+    where a server serves them (`make ui`), otherwise the path and how to browse it."""
     uri = str(summary.get("tracking_uri") or "")
     run = summary.get("mlflow_run_id")
     if str(summary.get("tracking", "")).startswith("journaled"):
         mlflow = f"MLflow: {summary['tracking']}; it is replayed when `{uri}` answers again"
-    elif uri.startswith("http"):
-        mlflow = f"[MLflow run {run}]({uri.rstrip('/')}/#/experiments/{summary.get('experiment_id')}/runs/{run})"
+    elif url := mlflow_run_url(summary):
+        mlflow = f"[MLflow run {run}]({url})"
     else:
         mlflow = f"MLflow run `{run}` in `{uri}` (browse: `mlflow ui --backend-store-uri {uri}`)"
     lines = ["## Faultline run", "", f"- status: **{summary['status']}**", f"- {mlflow}"]
+    if prefect := _prefect_run_url():
+        lines.append(f"- [Prefect flow run]({prefect})")
     if summary.get("data_docs"):
-        lines.append(f"- GX Data Docs: `{summary['data_docs']}`")
+        docs = file_url(summary["data_docs"])
+        lines.append(f"- [GX Data Docs]({docs})" if docs else f"- GX Data Docs: `{summary['data_docs']}`")
     if summary.get("registered_model"):
         lines.append(f"- registered model `{summary['registered_model']}`")
     publish_markdown("run-links", "\n".join(lines) + "\n", "MLflow and GX links")

@@ -16,7 +16,7 @@ from tasks.core.runtime import Runtime
 from tasks.core.secrets import redact, redact_text
 from tasks.core.spool import ResilientTracker
 from tasks.core.stages.evaluate import summary_metrics
-from tasks.core.store import StageResult, code_version
+from tasks.core.store import StageResult, code_version, file_url
 from tasks.core.tracking import SPOOL, Tracker, tracking_uri
 from tasks.runner import TASK_OPTIONS
 
@@ -130,7 +130,7 @@ def _log_validation(tr: Tracker, run_id: str, validate: StageResult, tags: dict[
         tr.log_artifact(run_id, validate.path / validate["expectations_md"], "validation")
     if validate.get("data_docs_rel"):
         docs = validate.path / validate["data_docs_rel"]
-        tags["gx_data_docs"] = str(docs)
+        tags["gx_data_docs"] = file_url(docs) or str(docs)  # http where `make ui` serves the store
         tr.log_artifacts(run_id, docs.parent, "gx_data_docs")
 
 

@@ -285,6 +285,9 @@ def load_config(
     data.setdefault("profile", path.stem)
     if os.environ.get("FAULTLINE_ROOT"):  # where a worker's flow runs keep their store (before overrides)
         data.setdefault("paths", {})["root"] = os.environ["FAULTLINE_ROOT"]
+    if os.environ.get("FAULTLINE_MLFLOW_URI"):  # `make ui`'s tracking server, unless the profile names one
+        mlflow = data.setdefault("mlflow", {})
+        mlflow["tracking_uri"] = mlflow.get("tracking_uri") or os.environ["FAULTLINE_MLFLOW_URI"]
     extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
     defaults = FaultlineConfig().model_dump(mode="json", by_alias=True)  # so a nested override keeps its siblings
     merged = _merge(_merge(defaults, data), extra)

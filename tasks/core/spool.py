@@ -11,6 +11,7 @@ resumes where it stopped and never creates a run twice.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -224,9 +225,7 @@ class ResilientTracker:
         signature; its arguments are bound to their names (what a journal line records)."""
         if method not in TRACKED:
             raise AttributeError(method)
-        from .tracking import Tracker
-
-        signature = inspect.signature(getattr(Tracker, method))
+        signature = _tracked_signature(method)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(None, *args, **kwargs).arguments
@@ -234,6 +233,13 @@ class ResilientTracker:
             return self._call(method, **bound)
 
         return call
+
+
+@functools.cache
+def _tracked_signature(method: str) -> inspect.Signature:
+    from .tracking import Tracker
+
+    return inspect.signature(getattr(Tracker, method))
 
 
 def pending(spool: Path, exclude: Path | None = None) -> list[Path]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .errors import InvariantBroken
 from .secrets import redact
@@ -278,3 +279,16 @@ def run_stage(
         check_rows(stage, body)
         publish_manifest(tmp, {**manifest_header(stage, inputs, config, time.perf_counter() - started), **body})
     return published(root, stage, fp)
+
+
+def file_url(path: str | Path | None) -> str | None:
+    """The http URL of a file in the store, where `make ui`'s file server serves it (FAULTLINE_FILES_URL over
+    FAULTLINE_FILES_DIR); None when no server serves that path."""
+    base, served = os.environ.get("FAULTLINE_FILES_URL"), os.environ.get("FAULTLINE_FILES_DIR")
+    if not (path and base and served):
+        return None
+    try:
+        rel = Path(path).resolve().relative_to(Path(served).resolve())
+    except ValueError:
+        return None
+    return f"{base.rstrip('/')}/{quote(rel.as_posix())}"

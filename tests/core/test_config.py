@@ -94,3 +94,13 @@ def test_stage_plan_rejects_impossible_requests(tmp_path):
         stage_plan("features", "evaluate")
     with pytest.raises(ConfigError, match="not an ingest output"):
         stage_plan("features", "evaluate", str(tmp_path))
+
+
+def test_make_ui_tracking_server_is_the_default_not_an_override(monkeypatch):
+    monkeypatch.setenv("FAULTLINE_MLFLOW_URI", "http://127.0.0.1:5123")
+    assert load_config("local").mlflow.tracking_uri == "http://127.0.0.1:5123"
+    assert load_config("local", ["mlflow.tracking_uri=http://10.0.0.1:5000"]).mlflow.tracking_uri.startswith(
+        "http://10."
+    )
+    monkeypatch.delenv("FAULTLINE_MLFLOW_URI")
+    assert load_config("local").mlflow.tracking_uri is None  # the SQLite store under paths.root

@@ -1,6 +1,6 @@
 import pytest
 
-from tasks.core.store import MANIFEST, completed, fingerprint, publish_manifest, staging
+from tasks.core.store import MANIFEST, completed, file_url, fingerprint, publish_manifest, staging
 
 
 def test_fingerprint_is_stable_and_sensitive():
@@ -78,3 +78,13 @@ def test_handles_never_enter_a_cache_key():
     )
     with pytest.raises(TypeError, match="cannot be part of a cache key"):
         fingerprint("ingest", threading.Lock())  # stands in for a SparkSession / Dask Client
+
+
+def test_file_url_only_for_what_the_file_server_serves(tmp_path, monkeypatch):
+    docs = tmp_path / "store" / "validate" / "ab cd" / "index.html"
+    assert file_url(docs) is None  # no `make ui` file server
+    monkeypatch.setenv("FAULTLINE_FILES_URL", "http://127.0.0.1:8123/")
+    monkeypatch.setenv("FAULTLINE_FILES_DIR", str(tmp_path))
+    assert file_url(docs) == "http://127.0.0.1:8123/store/validate/ab%20cd/index.html"
+    assert file_url(tmp_path.parent / "elsewhere.html") is None  # outside the served directory
+    assert file_url(None) is None

@@ -4,6 +4,7 @@ Debian Chromium through Playwright, and an interval schedule executed by the wor
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 import uuid
@@ -128,6 +129,34 @@ def test_manual_run_from_the_custom_run_form(stack):
     } <= keys
     summary = json.loads(next((Path(stack.store) / "store" / "runs").glob(f"{run_id}/summary.json")).read_text())
     assert summary["status"] == "completed" and summary["stages"]["ingest"]["rows_in"] > 0
+    _follow_run_links(stack, run_id, summary)
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.status, r.read().decode("utf-8", "replace")
+
+
+def _follow_run_links(stack: Stack, run_id: str, summary: dict) -> None:
+    """Every link in the run-links artifact is http and opens: the MLflow run (on the stack's MLflow server, which
+    the worker's run logged to), the Prefect flow run, the GX Data Docs (served over http, not file://)."""
+    (links,) = api(
+        stack, "/artifacts/filter", {"artifacts": {"key": {"any_": ["run-links"]}, "flow_run_id": {"any_": [run_id]}}}
+    )
+    urls = dict(re.findall(r"\[([^\]]+)\]\((http[^)]+)\)", links["data"]))
+    assert "file://" not in links["data"] and "sqlite:" not in links["data"], links["data"]
+    assert summary["tracking_uri"] == stack.mlflow_url
+    mlflow_run = urls[f"MLflow run {summary['mlflow_run_id']}"]
+    assert mlflow_run.startswith(f"{stack.mlflow_url}/#/experiments/"), mlflow_run
+    status, body = _get(f"{stack.mlflow_url}/api/2.0/mlflow/runs/get?run_id={summary['mlflow_run_id']}")
+    run = json.loads(body)["run"]
+    assert status == 200 and run["info"]["status"] == "FINISHED" and run["data"]["metrics"]
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert tags["gx_data_docs"] == urls["GX Data Docs"]
+    assert _get(mlflow_run)[0] == 200
+    assert urls["Prefect flow run"].startswith(stack.url) and run_id in urls["Prefect flow run"]
+    status, page = _get(urls["GX Data Docs"])
+    assert status == 200 and "kpi_rows" in page, page[:500]
 
 
 def test_checklist_deployment_runs_on_the_worker(stack):
