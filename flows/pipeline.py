@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 from tasks.core.config import FaultlineConfig, load_config, run_overrides, stage_plan
@@ -19,7 +19,7 @@ from tasks.ingest import ingest_task
 from tasks.runner import store_root, value
 from tasks.runs import publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
-from tasks.tracking import finish_tracking, record_run, stage_summary, start_tracking
+from tasks.tracking import finish_tracking, record_run, stage_summary, start_tracking, system_metrics
 from tasks.train import train_task
 from tasks.validate import validate_task
 
@@ -98,8 +98,11 @@ def fault_prediction_pipeline(
     stages: dict[str, StageResult] = {}
     with Heartbeat(run_dir, flow_run.get_id(), run_id, on_revived=revive_run(cfg)) as beat:
         try:
-            stages = run_stages(cfg, rt, root, plan, raw, lake, lambda s: force or s in (refresh or []))
-            summary.update(record_run(cfg, run_id, stages))
+            with system_metrics(cfg, run_id) as off:
+                if off:
+                    get_run_logger().info("MLflow system metrics off: %s", off)
+                stages = run_stages(cfg, rt, root, plan, raw, lake, lambda s: force or s in (refresh or []))
+                summary.update(record_run(cfg, run_id, stages))
             summary["status"] = "completed"
         finally:
             beat.finish(summary["status"])

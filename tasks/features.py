@@ -13,11 +13,21 @@ from tasks.core.stages.features import day_groups, features_stage
 from tasks.core.store import StageResult, run_stage
 from tasks.runner import TASK_OPTIONS, finish_stage, logger
 
+PERFORMANCE_REPORT = "dask-performance.html"
+
 
 def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path) -> dict:
     days = len(day_groups(Path(lake) / "kpi"))
     log = logger()
-    with dask_cluster(rt.dask) as client, tqdm(total=days, desc=f"features ({rt.backend})", unit="day") as bar:
+    from distributed import performance_report
+
+    with (
+        dask_cluster(rt.dask) as client,
+        tqdm(total=days, desc=f"features ({rt.backend})", unit="day") as bar,
+        # the cluster's dashboard dies with the stage: its task stream, worker profiles and bandwidth are kept
+        # as one self-contained HTML page (bokeh inlined: it renders with no network), logged to MLflow
+        performance_report(filename=str(tmp / PERFORMANCE_REPORT), mode="inline"),
+    ):
 
         def progress(done: int, total: int) -> None:
             bar.update(1)
@@ -46,8 +56,8 @@ def features_task(
             "backend": result["backend"],
             "features": len(result["features"]["names"]),
             "positive labels": result["positives"],
-            "Dask performance report": "`dask-performance.html`"
-            if (result.path / "dask-performance.html").is_file()
+            "Dask performance report": f"`{PERFORMANCE_REPORT}` (MLflow: `features/`)"
+            if (result.path / PERFORMANCE_REPORT).is_file()
             else None,
         },
     )

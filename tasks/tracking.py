@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from tasks.core.spool import ResilientTracker
 from tasks.core.stages.evaluate import summary_metrics
 from tasks.core.store import StageResult, code_version, file_url
 from tasks.core.tracking import SPOOL, Tracker, tracking_uri
+from tasks.features import PERFORMANCE_REPORT
 from tasks.runner import TASK_OPTIONS
 
 PACKAGES = (
@@ -91,6 +94,33 @@ def start_tracking(cfg: FaultlineConfig, rt: Runtime, flow_run_id: str | None, w
     tr.log_artifact(run_id, work / "config.json", "profile")
     tr.log_artifact(run_id, work / "environment.json", "environment")
     return run_id
+
+
+@contextmanager
+def system_metrics(cfg: FaultlineConfig, run_id: str) -> Iterator[str]:
+    """MLflow's own ``SystemMetricsMonitor`` on the pipeline's run while its stages run: CPU, memory, disk,
+    network and (through pynvml) every GPU of the host, under ``system/`` (the run's System metrics tab). Yields
+    why it is off, or "" when on: off by config (interval 0) or while the run is journaled (no server to write
+    to). The checklist's GPU-utilization verdict keeps its own driver-sampled series (``gpu_monitor``): the
+    monitor polls one instantaneous reading per interval, too coarse for steps of a fraction of a second."""
+    tr = tracker_for(cfg)
+    interval = cfg.mlflow.system_metrics_interval_s
+    why = ""
+    if interval <= 0:
+        why = "mlflow.system_metrics_interval_s=0"
+    elif tr.offline:
+        why = f"tracking journaled ({tr.offline})"
+    if why:
+        yield why
+        return
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=interval, tracking_uri=tr.uri)
+    monitor.start()
+    try:
+        yield ""
+    finally:
+        monitor.finish()  # joins its thread (at most one interval) and flushes what it sampled
 
 
 @task(name="finish-tracking", **TASK_OPTIONS)
@@ -181,6 +211,8 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]
     tags = _stage_tags(stages)
     if "validate" in stages:
         _log_validation(tr, run_id, stages["validate"], tags)
+    if "features" in stages and (stages["features"].path / PERFORMANCE_REPORT).is_file():
+        tr.log_artifact(run_id, stages["features"].path / PERFORMANCE_REPORT, "features")
     if "train" in stages:
         _log_training(tr, run_id, stages["train"])
     version = None

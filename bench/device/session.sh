@@ -10,7 +10,7 @@
 #   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth)
 #   check     faultline check on the newest GPU run (run's or e2e's)
-#   util      the train stage again, 5 times (--refresh train), each followed by the GPU-utilization verdict
+#   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
 #   features  faultline bench features --profile gpu at the same size (pandas, Dask on all cores, GPU, kernels)
 #   tests     REQUIRE_GPU=1 pytest tests/gpu_kernels (the CUDA kernels and GPU-vs-CPU features)
 set -u
@@ -53,7 +53,7 @@ chain() {
     check) $FL check --profile gpu --set paths.bench_results=$PWD/bench/results --run "$RUN" --json > $R/check.txt 2>&1
       echo "check $RUN rc=$?" >> $R/steps.log; cp /tmp/fl/root/store/checklists/$RUN/checklist.* $R/ 2>/dev/null ;;
     util) LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
-      for i in 1 2 3 4 5; do
+      for i in $(seq ${UTIL_N:-5}); do
         $FL run --profile gpu --topology backbone/world --days 14 --from features --lake "$LAKE" --until train \
           --refresh train --json > $R/util_$i.json 2> $R/util_$i.log
         $FL check --profile gpu --no-probe --json > $R/util_check_$i.txt 2>&1

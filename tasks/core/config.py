@@ -67,6 +67,12 @@ class PathsConfig(_Section):
 class MlflowConfig(_Section):
     tracking_uri: str | None = Field(None, description="None: SQLite store under paths.root")
     experiment: str = "faultline"
+    system_metrics_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="MLflow's SystemMetricsMonitor on each pipeline run (CPU, memory, disk, network, GPUs): "
+        "seconds between samples; 0 turns it off",
+    )
     strict: bool = Field(
         False,
         description="true: reject a run (exit 2) when the tracking server is unreachable at start; "

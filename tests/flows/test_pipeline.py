@@ -44,8 +44,14 @@ def test_mlflow_holds_the_run(first_run):
     assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 2  # one per epoch
     assert run.data.tags["data_fingerprint"] and run.data.tags["code_version"]
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"plots", "manifests", "profile", "history.json"} <= arts
+    assert {"plots", "manifests", "profile", "history.json", "features"} <= arts
+    report = Path(client.download_artifacts(run.info.run_id, "features/dask-performance.html", str(root / "dl")))
+    page = report.read_text()  # Dask's performance report, self-contained: no script from a CDN
+    assert "Dask Performance Report" in page and "cdn.bokeh.org" not in page, page[:500]
     assert client.get_latest_versions("faultline-fault-gnn")
+    system = {k for k in run.data.metrics if k.startswith("system/")}  # MLflow's SystemMetricsMonitor: the tab
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= system, system
+    assert len(client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")) >= 2
 
 
 def test_rerun_skips_every_stage(first_run):

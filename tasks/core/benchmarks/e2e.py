@@ -94,24 +94,49 @@ def e2e_report(
     ratios = {
         n: round(c["stages"][n]["seconds"] / g["stages"][n]["seconds"], 2) for n in g["stages"] if n in c["stages"]
     }
-    return {
-        "benchmark": "e2e",
-        "hardware": hw.as_dict(),
-        "device": hw.gpus[0].name if hw.gpus else f"{hw.cpu_count}-core CPU",
-        "workload": cfg.workload.model_dump(mode="json"),
-        "kpi_rows": gpu["stages"]["ingest"]["rows_in"] if "ingest" in gpu["stages"] else None,
-        "gpu_path": {**g, "mlflow_run_id": gpu.get("mlflow_run_id"), "metrics": gpu.get("metrics")},
-        "cpu_path": {**c, "mlflow_run_id": cpu.get("mlflow_run_id"), "cpu_fraction_trained": fraction},
-        "stage_ratio": ratios,
-        "e2e_ratio": round(c["total_s"] / g["total_s"], 2),
-        "extrapolated": [f"cpu_path.{k}" for k in c["extrapolated"]] + [f"gpu_path.{k}" for k in g["extrapolated"]],
+    return with_breakdown(
+        {
+            "benchmark": "e2e",
+            "hardware": hw.as_dict(),
+            "device": hw.gpus[0].name if hw.gpus else f"{hw.cpu_count}-core CPU",
+            "workload": cfg.workload.model_dump(mode="json"),
+            "kpi_rows": gpu["stages"]["ingest"]["rows_in"] if "ingest" in gpu["stages"] else None,
+            "gpu_path": {**g, "mlflow_run_id": gpu.get("mlflow_run_id"), "metrics": gpu.get("metrics")},
+            "cpu_path": {**c, "mlflow_run_id": cpu.get("mlflow_run_id"), "cpu_fraction_trained": fraction},
+            "stage_ratio": ratios,
+            "e2e_ratio": round(c["total_s"] / g["total_s"], 2),
+            "extrapolated": [f"cpu_path.{k}" for k in c["extrapolated"]] + [f"gpu_path.{k}" for k in g["extrapolated"]],
+        }
+    )
+
+
+def with_breakdown(report: dict[str, Any]) -> dict[str, Any]:
+    """Where the end-to-end ratio comes from (Amdahl): the stages that run the same CPU code on both paths, the
+    ratio of the stages that differ, and the end-to-end ratio if those took no time at all on the GPU path.
+    Derived from the report's own stage times only, so it applies to a stored report too."""
+    g, c = report["gpu_path"]["stages"], report["cpu_path"]["stages"]
+    shared = [n for n in STAGES if n in g and c.get(n, {}).get("shared")]
+    own = [n for n in STAGES if n in g and n in c and n not in shared]
+    shared_s = sum(g[n]["seconds"] for n in shared)
+    own_gpu, own_cpu = sum(g[n]["seconds"] for n in own), sum(c[n]["seconds"] for n in own)
+    report["breakdown"] = {
+        "shared_stages": shared,
+        "shared_s": round(shared_s, 2),
+        "shared_fraction_of_gpu_path": round(shared_s / report["gpu_path"]["total_s"], 3),
+        "accelerated_stages": own,
+        "accelerated_cpu_s": round(own_cpu, 2),
+        "accelerated_gpu_s": round(own_gpu, 2),
+        "accelerated_ratio": round(own_cpu / own_gpu, 2) if own_gpu else None,
+        "e2e_ceiling_ratio": round(report["cpu_path"]["total_s"] / shared_s, 2) if shared_s else None,
+        "note": "ceiling: the end-to-end ratio if the accelerated stages took no time on the GPU path",
     }
+    return report
 
 
 def markdown_table(report: dict[str, Any]) -> str:
     g, c = report["gpu_path"]["stages"], report["cpu_path"]["stages"]
     lines = ["| stage | CPU path (s) | GPU path (s) | CPU / GPU |", "|---|---|---|---|"]
-    for name in g:
+    for name in [n for n in STAGES if n in g]:
         cs = c.get(name, {})
         note = (
             " (shared)" if cs.get("shared") else " (extrapolated)" if name in report["cpu_path"]["extrapolated"] else ""
@@ -124,6 +149,16 @@ def markdown_table(report: dict[str, Any]) -> str:
         f"| **end to end** | **{report['cpu_path']['total_s']:.0f}** | **{report['gpu_path']['total_s']:.0f}** "
         f"| **{report['e2e_ratio']:.1f}x** |"
     )
+    b = report.get("breakdown")
+    if b and b["shared_stages"]:
+        lines.append(
+            f"\n{', '.join(b['shared_stages'])}: the same CPU code on both paths, {b['shared_s']:.0f} s "
+            f"({b['shared_fraction_of_gpu_path']:.0%} of the GPU path). The stages that differ "
+            f"({', '.join(b['accelerated_stages'])}): "
+            f"{b['accelerated_cpu_s']:.0f} s vs {b['accelerated_gpu_s']:.0f} s, "
+            f"{b['accelerated_ratio']}x; the end-to-end ceiling while the shared stages stay on the CPU: "
+            f"{b['e2e_ceiling_ratio']}x."
+        )
     return "\n".join(lines)
 
 
@@ -133,20 +168,30 @@ def plot_e2e(report: dict[str, Any], png: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
-    paths = [("CPU path", report["cpu_path"]["stages"]), ("GPU path", report["gpu_path"]["stages"])]
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for i, (_label, stages) in enumerate(paths):
+    paths = [("CPU path", report["cpu_path"]), ("GPU path", report["gpu_path"])]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for i, (_label, path) in enumerate(paths):
         left = 0.0
         for name in STAGES:
-            if name in stages:
-                w = stages[name]["seconds"]
-                ax.barh(i, w, left=left, label=name if i == 0 else None, color=plt.cm.tab10(STAGES.index(name)))
-                left += w
+            if name not in path["stages"]:
+                continue
+            st, color = path["stages"][name], plt.cm.tab10(STAGES.index(name))
+            w = st["seconds"]
+            measured = path["extrapolated"].get(name, {}).get("measured_s", w)
+            hatch = "//" if st.get("shared") else None  # the same CPU code on both paths
+            ax.barh(i, measured, left=left, label=name if i == 0 else None, color=color, hatch=hatch)
+            if w > measured:  # the extrapolated part, drawn lighter
+                ax.barh(i, w - measured, left=left + measured, color=color, alpha=0.45, hatch="..")
+            left += w
     ax.set_yticks([0, 1], [p[0] for p in paths])
-    ax.set_xlabel("seconds (CPU training extrapolated from a fraction of its epochs)")
+    ax.set_xlabel("seconds (dotted: CPU training extrapolated from a fraction of its epochs)")
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//"))
+    labels.append("same CPU code on both")
     ax.set_title(f"End to end on {report['device']}: {report['e2e_ratio']:.1f}x")
-    ax.legend(ncol=5, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.12))
+    ax.legend(handles, labels, ncol=6, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.12))
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)

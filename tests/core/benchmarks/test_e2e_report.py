@@ -1,0 +1,45 @@
+"""The e2e report's breakdown, table and plot from stage times (no pipeline runs: the flow test runs those)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.core.benchmarks.e2e import markdown_table, plot_e2e, with_breakdown
+
+
+def _report() -> dict:
+    gpu = {"validate": 40.0, "ingest": 30.0, "features": 20.0, "train": 60.0, "evaluate": 100.0}
+    cpu = {"validate": 40.0, "ingest": 30.0, "features": 40.0, "train": 1260.0, "evaluate": 100.0}
+    shared = {"validate", "ingest", "evaluate"}
+    return {
+        "device": "test GPU",
+        "gpu_path": {"stages": {k: {"seconds": v} for k, v in gpu.items()}, "extrapolated": {}, "total_s": 250.0},
+        "cpu_path": {
+            "stages": {k: {"seconds": v, "shared": k in shared} for k, v in cpu.items()},
+            "extrapolated": {"train": {"measured_s": 180.0}},
+            "total_s": 1470.0,
+        },
+        "stage_ratio": {k: round(cpu[k] / gpu[k], 2) for k in gpu},
+        "e2e_ratio": 5.88,
+    }
+
+
+def test_breakdown_splits_shared_from_accelerated_stages():
+    b = with_breakdown(_report())["breakdown"]
+    assert b["shared_stages"] == ["validate", "ingest", "evaluate"]
+    assert b["accelerated_stages"] == ["features", "train"]
+    assert b["shared_s"] == 170.0 and b["shared_fraction_of_gpu_path"] == pytest.approx(0.68)
+    assert b["accelerated_ratio"] == pytest.approx(1300 / 80, rel=1e-3)
+    assert b["e2e_ceiling_ratio"] == pytest.approx(1470 / 170, rel=1e-3)
+
+
+def test_table_in_pipeline_order_with_labels(tmp_path):
+    rep = with_breakdown(_report())
+    rep["gpu_path"]["stages"] = dict(sorted(rep["gpu_path"]["stages"].items()))  # as a sorted JSON reads back
+    table = markdown_table(rep)
+    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:7]]
+    assert rows == ["validate", "ingest", "features", "train", "evaluate"]
+    assert "1260.0 (extrapolated)" in table and "40.0 (shared)" in table
+    assert "the end-to-end ceiling while the shared stages stay on the CPU: 8.65x" in table
+    png = plot_e2e(rep, tmp_path / "e2e.png")
+    assert png.stat().st_size > 5_000
