@@ -41,5 +41,6 @@ def evaluate_task(
             "held-out window": " .. ".join(result["test_window"]),
             "model PR-AUC": f"{metrics['pr_auc']:.4f}",
             "tree PR-AUC": f"{metrics['baseline_pr_auc']:.4f}",
+            "seconds by part": ", ".join(f"{k} {v:.1f}" for k, v in result.get("timings_s", {}).items()),
         },
     )

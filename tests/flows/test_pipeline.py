@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ def test_pipeline_runs_every_stage(first_run):
         assert Path(st["output"], "_manifest.json").is_file()
     ing = summary["stages"]["ingest"]
     assert ing["rows_in"] == ing["rows_out"] + ing["rows_quarantined"] and ing["rows_quarantined"] > 0
+    timings = json.loads(Path(summary["stages"]["evaluate"]["output"], "_manifest.json").read_text())["timings_s"]
+    assert set(timings) == {"read_rows", "tree_fit", "tree_predict", "model_scores", "metrics"}
+    assert all(v >= 0 for v in timings.values())
     m = summary["metrics"]
     assert 0 <= m["pr_auc"] <= 1 and 0 <= m["baseline_pr_auc"] <= 1 and "recall_at_p90" in m
     assert "held-out metrics" in proc.stdout and "MLflow run" in proc.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,18 @@ def _rows(features_dir: Path, names: list[str]) -> pd.DataFrame:
     )
 
 
+class Laps:
+    """Seconds of each part of a computation, in order: ``lap(name)`` closes the part that ends now."""
+
+    def __init__(self) -> None:
+        self.start, self.seconds = time.perf_counter(), {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.start, 3)
+        self.start = now
+
+
 def evaluate(
     features_dir: Path,
     data_path: Path,
@@ -54,6 +67,7 @@ def evaluate(
 ) -> dict[str, Any]:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
+    lap = Laps()  # seconds of each part, in the manifest: where evaluation's time goes
     d = np.load(data_path)
     times = d["times"]
     val_start = int(d["train_t"][-1]) + 1 if len(d["train_t"]) else 0
@@ -65,13 +79,16 @@ def evaluate(
     usable = df["in_fault"].to_numpy() == 0
     train = usable & (t_idx < val_start)
     test = usable & (t_idx >= test_t[0])
+    lap("read_rows")
     tree = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.08, random_state=seed)
     tree.fit(df.loc[train, names].to_numpy(), df.loc[train, "label"].to_numpy())
+    lap("tree_fit")
     test_df = df[test].reset_index(drop=True)
     scores_tree = tree.predict_proba(test_df[names].to_numpy())[:, 1]
+    lap("tree_predict")
     scores_rule = rule_scores(test_df)
-    gnn = model_scores(model_path, data_path)
-    scores_gnn = gnn[t_idx[test] - test_t[0], e_idx[test]]
+    scores_gnn = model_scores(model_path, data_path)[t_idx[test] - test_t[0], e_idx[test]]
+    lap("model_scores")
     y = test_df["label"].to_numpy().astype(int)
     results = {}
     fault_key = (  # one key per fault: the element and the minute of its onset
@@ -87,7 +104,9 @@ def evaluate(
         m["mean_lead_time_min"] = float(leads.mean()) if len(leads) else 0.0
         m["faults_warned"] = int(len(leads))
         results[name] = {"metrics": m, "scores": s, "leads": leads}
+    lap("metrics")
     return {
+        "timings_s": lap.seconds,
         "y": y,
         "results": results,
         "rule": RULE,
@@ -160,6 +179,7 @@ def evaluate_stage(features_dir: Path, train_dir: Path, names: list[str], cfg: E
         "results": results,
         "rule": ev["rule"],
         "test_window": ev["test_window"],
+        "timings_s": ev["timings_s"],
         "plots": {k: p.name for k, p in plots.items()},
     }
 

@@ -34,3 +34,16 @@ def test_recall_at_precision_and_threshold():
 def test_lead_time_counts_each_fault_once():
     leads = lead_times(np.array([30.0, 25.0, 60.0]), np.array(["a", "a", "b"]), np.array([True, True, False]))
     assert list(leads) == [30.0]
+
+
+def test_laps_time_each_part_in_order():
+    import time
+
+    from tasks.core.stages.evaluate import Laps
+
+    lap = Laps()
+    time.sleep(0.02)
+    lap("first")
+    lap("second")
+    assert list(lap.seconds) == ["first", "second"]
+    assert lap.seconds["first"] >= 0.02 and 0 <= lap.seconds["second"] < lap.seconds["first"]
