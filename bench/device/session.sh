@@ -7,10 +7,12 @@
 #   setup     make setup BUNDLE=/tmp/fl/bundle (offline, timed); meanwhile, once the wheels are in, the gpu
 #             profile's raw exports are simulated (backbone/world, 14 days, 15.4 M KPI rows)
 #   doctor    faultline doctor
+#   lake      faultline run --profile gpu --until ingest: validate and ingest only (a lake for util and eval)
 #   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth)
 #   check     faultline check on the newest GPU run (run's or e2e's)
 #   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
+#   eval      the pipeline again from features on that lake (features and train cached): evaluation's time by part
 #   features  faultline bench features --profile gpu at the same size (pandas, Dask on all cores, GPU, kernels)
 #   tests     REQUIRE_GPU=1 pytest tests/gpu_kernels (the CUDA kernels and GPU-vs-CPU features)
 set -u
@@ -48,6 +50,12 @@ chain() {
     run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
       echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']")
       python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+    lake) $FL run --profile gpu --topology backbone/world --days 14 --until ingest --json > $R/lake.json 2> $R/lake.log
+      echo "lake rc=$?" >> $R/steps.log ;;
+    eval) LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
+      $FL run --profile gpu --topology backbone/world --days 14 --from features --lake "$LAKE" --json > $R/eval.json 2> $R/eval.log
+      echo "eval rc=$?" >> $R/steps.log; RUN=$(run_summary $R/eval.json "['mlflow_run_id']")
+      cp /tmp/fl/root/store/evaluate/*/_manifest.json $R/eval_manifest.json 2>/dev/null ;;
     e2e) $FL bench e2e --profile gpu --results $R --work /tmp/fl/bench --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']") ;;
     check) $FL check --profile gpu --set paths.bench_results=$PWD/bench/results --run "$RUN" --json > $R/check.txt 2>&1
