@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the lent H200 (device tool), after bench/device/receive.sh unpacked the bundle in /tmp/fl/bundle.
 #   start     everything below in the background (setsid: it outlives the call); returns at once
-#   wait [S]  up to S seconds for it (default 540); prints the steps so far; copies the results into $OUT
+#   wait [S]  up to S seconds for it (default 540); prints the steps so far; copies the results into $OUT (every
+#             20 s too); keep S at least 90 s under the device time left: a call's start and copy count too
 # The background chain (logs and results under /tmp/fl/out; the store under /tmp/fl/root): setup, then the steps
 # named in STEPS (default below), in that order, so that a lease that ends early loses the last ones:
 #   setup     make setup BUNDLE=/tmp/fl/bundle (offline, timed); meanwhile, once the wheels are in, the gpu
@@ -75,6 +76,12 @@ chain() {
   step "done"; touch /tmp/fl/done
 }
 
+# at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
+collect() {
+  for f in steps.log install_time.txt e2e.json checklist.md features.json run.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
+}
+
 case "${1:-}" in
 start)
   rm -f /tmp/fl/done; setsid nohup bash "$0" chain > $R/chain.log 2>&1 < /dev/null &
@@ -82,11 +89,14 @@ start)
   ;;
 chain) chain ;;
 wait)
-  end=$(( $(date +%s) + ${2:-540} ))
-  while [ ! -f /tmp/fl/done ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  # the results are copied into $OUT every 20 s, not only at the end: a call cut at its limit (the session's
+  # device time ran out first) still brings back what was there (sessions 17 and 19 each lost a step's
+  # results to a wait that was cut before its final copy)
+  end=$(( $(date +%s) + ${2:-540} )); n=0
+  while [ ! -f /tmp/fl/done ] && [ "$(date +%s)" -lt "$end" ]; do
+    sleep 5; n=$((n + 1)); [ $((n % 4)) = 0 ] && collect
+  done
   cat $R/steps.log; tail -n 3 $R/install.log $R/e2e.log 2>/dev/null | cut -c1-300
   ;;
 esac
-# at most 8 files come back: the headline files, and everything else in one tarball
-for f in steps.log install_time.txt e2e.json checklist.md features.json run.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
-tar czf $OUT/out.tgz --exclude='*.tgz' -C $R . 2>/dev/null; true
+collect; true
