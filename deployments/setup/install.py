@@ -19,14 +19,19 @@ import time
 from pathlib import Path
 
 from .host import REPO, Target
-from .wheelhouse import GPU_LOCK, LOCK, say
+from .wheelhouse import DOCS_ASSETS, GPU_LOCK, LOCK, say
 
 STAMP = ".faultline-setup"
 
 
 def fingerprint(target: Target, source: str) -> str:
     h = hashlib.sha256(json.dumps([target.as_dict(), source]).encode())
-    for p in sorted((REPO / "deployments" / "setup").glob("*")) + [LOCK, GPU_LOCK, REPO / "pyproject.toml"]:
+    for p in sorted((REPO / "deployments" / "setup").glob("*")) + [
+        LOCK,
+        GPU_LOCK,
+        DOCS_ASSETS,
+        REPO / "pyproject.toml",
+    ]:
         if p.is_file():
             h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -113,6 +118,28 @@ def install_jar(venv: Path, jar: Path | None) -> Path | None:
     return venv / "jars" / jar.name
 
 
+DOCS_DIR = "share/faultline-datadocs"  # tasks.core.datadocs looks here (under sys.prefix)
+
+
+def install_docs_assets(venv: Path, tarballs: list[Path]) -> Path:
+    """Each npm tarball unpacked (its ``package/`` folder) into ``<venv>/share/faultline-datadocs/<pkg>@<ver>``."""
+    spec = json.loads(DOCS_ASSETS.read_text())
+    by_file = {meta["tarball"].rsplit("/", 1)[1]: pkg for pkg, meta in spec["packages"].items()}
+    root = venv / DOCS_DIR
+    shutil.rmtree(root, ignore_errors=True)
+    for tgz in tarballs:
+        dest = root / by_file[tgz.name]
+        with tarfile.open(tgz) as t:
+            members = [m for m in t.getmembers() if m.name.startswith("package/") and (m.isfile() or m.isdir())]
+            for m in members:
+                m.name = m.name[len("package/") :]
+            t.extractall(dest, members=[m for m in members if m.name], filter="data")
+    missing = sorted(set(by_file) - {t.name for t in tarballs})
+    if missing:
+        raise SystemExit(f"Data Docs assets missing from the install's parts: {missing}")
+    return root
+
+
 def install(python: str, venv: Path, target: Target, torch: dict | None, parts: dict, fp: str) -> dict:
     started = time.time()
     py = make_venv(python, venv, target)
@@ -124,6 +151,7 @@ def install(python: str, venv: Path, target: Target, torch: dict | None, parts: 
     hvd = install_horovod(py, parts["horovod"], target.gpu)
     jre = install_jre(venv, parts["jre"])
     jar = install_jar(venv, parts["jar"])
+    install_docs_assets(venv, parts["npm"])
     _run([py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", "-e", REPO], "project")
     check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True).stdout.strip()
     record = {
@@ -154,6 +182,7 @@ def parts_from_bundle(bundle: Path) -> dict:
         "horovod": one("sources/horovod-*.tar.gz"),
         "jre": one("jre/jre-*.tar.gz"),
         "jar": one("jars/*.jar"),
+        "npm": sorted((bundle / "npm").glob("*.tgz")),
     }
 
 

@@ -1,5 +1,6 @@
 """Everything setup installs, fetched once per machine into a cache: wheels for a target, Horovod's patched
-sdist, a Java runtime made with jlink, and the RAPIDS Accelerator jar. A bundle is the same set in one
+sdist, a Java runtime made with jlink, the RAPIDS Accelerator jar, and the npm packages GX's Data Docs load from
+CDNs (``tasks/core/datadocs_assets.json``). A bundle is the same set in one
 directory with a manifest of versions and SHA-256 hashes, for air-gapped installs.
 
 Standard library only (runs before any virtual environment exists).
@@ -7,6 +8,7 @@ Standard library only (runs before any virtual environment exists).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -29,6 +31,7 @@ HOST_PROVIDED = re.compile(
     r"^(torch|triton|nvidia[-_](cublas|cuda[-_]cupti|cuda[-_]nvrtc|cuda[-_]runtime|cudnn[-_]cu13|cufft|cufile|curand"
     r"|cusolver|cusparse|cusparselt[-_]cu13|nccl[-_]cu13|nvjitlink|nvshmem[-_]cu13|nvtx))-"
 )
+DOCS_ASSETS = REPO / "tasks" / "core" / "datadocs_assets.json"
 HOROVOD = "0.28.1"
 RAPIDS = ("com/nvidia/rapids-4-spark_2.13", "26.08.1", "cuda13")
 JDK_MODULES = (
@@ -227,6 +230,30 @@ def rapids_jar(dest: Path) -> Path:
     return out
 
 
+def docs_assets(dest: Path) -> list[Path]:
+    """The npm tarballs of the Data Docs' scripts, styles and fonts (once), each checked against the registry's
+    SHA-512 integrity pinned in ``datadocs_assets.json``."""
+    spec = json.loads(DOCS_ASSETS.read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for pkg, meta in spec["packages"].items():
+        path = dest / meta["tarball"].rsplit("/", 1)[1]
+        algo, _, want = meta["integrity"].partition("-")
+        if not path.is_file():
+            url = f"{spec['registry']}/{meta['tarball']}"
+            say(f"downloading {url} (once)")
+            with urllib.request.urlopen(url, timeout=120) as r:
+                data = r.read()
+            got = base64.b64encode(hashlib.new(algo, data).digest()).decode()
+            if got != want:
+                raise SystemExit(f"{url}: {algo} {got} does not match the pinned integrity {want} ({pkg})")
+            tmp = path.with_suffix(".partial")
+            tmp.write_bytes(data)
+            tmp.rename(path)
+        out.append(path)
+    return out
+
+
 def collect(target: Target, with_jar: bool) -> dict:
     """Fetch (once) everything an install for ``target`` needs into the cache; returns what and where."""
     wheels = CACHE / "wheelhouse"
@@ -237,18 +264,20 @@ def collect(target: Target, with_jar: bool) -> dict:
         "horovod": horovod_sdist(CACHE / "sources"),
         "jre": java_runtime(CACHE / "jre"),
         "jar": rapids_jar(CACHE / "jars") if (target.gpu and with_jar) else None,
+        "npm": docs_assets(CACHE / "npm"),
     }
 
 
 def write_bundle(parts: dict, out: Path, extra: dict) -> Path:
     """Copy (hard-link where possible) the parts into ``out`` with ``bundle.json``: versions and SHA-256."""
-    for sub in ("wheels", "sources", "jre", "jars"):
+    for sub in ("wheels", "sources", "jre", "jars", "npm"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     placed = [(w, out / "wheels" / w.name) for w in parts["wheels"]]
     placed += [
         (parts["horovod"], out / "sources" / parts["horovod"].name),
         (parts["jre"], out / "jre" / parts["jre"].name),
     ]
+    placed += [(t, out / "npm" / t.name) for t in parts["npm"]]
     if parts["jar"]:
         placed.append((parts["jar"], out / "jars" / parts["jar"].name))
     files = {}

@@ -81,6 +81,8 @@ def test_make_setup_from_a_bundle_with_no_network(tmp_path):
     seconds = time.time() - started
     stamp = json.loads((venv / ".faultline-setup").read_text())
     assert stamp["java_home"] == str(venv / "jre") and Path(stamp["horovod_wheel"]).is_file()
+    assert sum(f.startswith("npm/") for f in manifest["files"]) == 10  # the Data Docs' scripts and styles
+    assert (venv / "share/faultline-datadocs/jquery@3.7.1/dist/jquery.min.js").is_file()
     # a script file, not `python -c`: PySpark's connect module takes a main module without a file for its doctests
     probe_py = tmp_path / "probe.py"
     probe_py.write_text(

@@ -4,6 +4,7 @@ Debian Chromium through Playwright, and an interval schedule executed by the wor
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import urllib.request
@@ -100,7 +101,7 @@ def test_manual_run_from_the_custom_run_form(stack):
             assert response.value.ok, (response.value.status, response.value.text())
             created = response.value.json()
             page.wait_for_url(lambda url: "/run?" not in url, timeout=30_000)
-            page.screenshot(path=str(Path(stack.home) / "submitted.png"))
+            page.screenshot(path=str(shots_dir(stack) / "1-custom-run-submitted.png"))
         finally:
             browser.close()
     assert created["name"] == name, created["name"]
@@ -129,7 +130,53 @@ def test_manual_run_from_the_custom_run_form(stack):
     } <= keys
     summary = json.loads(next((Path(stack.store) / "store" / "runs").glob(f"{run_id}/summary.json")).read_text())
     assert summary["status"] == "completed" and summary["stages"]["ingest"]["rows_in"] > 0
-    _follow_run_links(stack, run_id, summary)
+    urls = _follow_run_links(stack, run_id, summary)
+    _browse_links_with_the_network_blocked(stack, urls, summary)
+    _checklist_triggered_by(stack, run_id, summary)
+
+
+def shots_dir(stack: Stack) -> Path:
+    """Where the browser tests leave their screenshots (``FAULTLINE_SCREENSHOTS``, else under the stack's home)."""
+    d = Path(os.environ.get("FAULTLINE_SCREENSHOTS") or Path(stack.home) / "screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _browse_links_with_the_network_blocked(stack: Stack, urls: dict[str, str], summary: dict) -> None:
+    """The run-links' MLflow run page and GX Data Docs in Chromium with every request off 127.0.0.1 refused: both
+    show their content; the Data Docs load nothing from the network (their scripts, styles and fonts are vendored),
+    and their tables are built (bootstrap-table ran: the index lists the validations)."""
+    from playwright.sync_api import sync_playwright
+
+    blocked: list[str] = []
+
+    def local_only(route):
+        if route.request.url.startswith("http://127.0.0.1"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            ctx.route("**/*", local_only)
+            page = ctx.new_page()
+            page.goto(urls[f"MLflow run {summary['mlflow_run_id']}"], wait_until="networkidle")
+            page.get_by_text(summary["mlflow_run_id"]).first.wait_for(timeout=60_000)
+            page.screenshot(path=str(shots_dir(stack) / "2-mlflow-run.png"))
+            blocked.clear()
+            page.goto(urls["GX Data Docs"], wait_until="networkidle")
+            page.locator("div.bootstrap-table table tbody tr").first.wait_for(timeout=30_000)
+            text = page.inner_text("body")
+            built = page.evaluate("!!(window.jQuery && window.jQuery.fn.bootstrapTable)")
+            rows = page.locator("div.bootstrap-table table tbody tr").count()
+            page.screenshot(path=str(shots_dir(stack) / "3-data-docs-offline.png"), full_page=True)
+        finally:
+            browser.close()
+    assert blocked == [], f"the Data Docs still load from the network: {blocked}"
+    assert built and rows >= 5 and "kpi_rows" in text, (built, rows, text[:1000])  # a row per suite's validation
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -137,7 +184,7 @@ def _get(url: str) -> tuple[int, str]:
         return r.status, r.read().decode("utf-8", "replace")
 
 
-def _follow_run_links(stack: Stack, run_id: str, summary: dict) -> None:
+def _follow_run_links(stack: Stack, run_id: str, summary: dict) -> dict[str, str]:
     """Every link in the run-links artifact is http and opens: the MLflow run (on the stack's MLflow server, which
     the worker's run logged to), the Prefect flow run, the GX Data Docs (served over http, not file://)."""
     (links,) = api(
@@ -157,6 +204,38 @@ def _follow_run_links(stack: Stack, run_id: str, summary: dict) -> None:
     assert urls["Prefect flow run"].startswith(stack.url) and run_id in urls["Prefect flow run"]
     status, page = _get(urls["GX Data Docs"])
     assert status == 200 and "kpi_rows" in page, page[:500]
+    return urls
+
+
+def _screenshot(stack: Stack, url: str, name: str, text: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url, wait_until="networkidle")
+            page.get_by_text(text).first.wait_for(timeout=30_000)
+            page.screenshot(path=str(shots_dir(stack) / name))
+        finally:
+            browser.close()
+
+
+def _checklist_triggered_by(stack: Stack, run_id: str, summary: dict) -> None:
+    """The `presubmit` deployment's trigger (prefect.yaml) ran the checklist of this pipeline run on its own."""
+    dep = api(stack, "/deployments/name/presubmit_checklist/presubmit")
+
+    def triggered():
+        runs = api(stack, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [dep["id"]]}}})
+        mine = [r for r in runs if r["parameters"].get("run_id") == f"prefect.flow-run.{run_id}"]
+        return [r for r in mine if r["state_type"] in FINAL]
+
+    (run,) = wait_for(triggered, 300, "the checklist run the pipeline run's completion triggers", every=3)
+    assert run["state_type"] == "COMPLETED", run["state"]
+    _screenshot(stack, f"{stack.url}/runs/flow-run/{run['id']}", "4-checklist-triggered.png", "presubmit")
+    status, body = _get(f"{stack.mlflow_url}/api/2.0/mlflow/runs/get?run_id={summary['mlflow_run_id']}")
+    tags = {t["key"]: t["value"] for t in json.loads(body)["run"]["data"]["tags"]}
+    assert tags.get("checklist_verdict") == "pass", tags
 
 
 def test_checklist_deployment_runs_on_the_worker(stack):

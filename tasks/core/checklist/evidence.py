@@ -37,9 +37,10 @@ def _latest(client, experiment_id: str, extra: str = ""):
 
 
 def find_run(tracker, run_id: str | None):
-    """The pipeline run named by ``run_id`` (its MLflow run id, or the Prefect flow run id it was started by),
-    or the latest pipeline run in the experiment."""
+    """The pipeline run named by ``run_id`` (its MLflow run id, or the Prefect flow run id it was started by, bare
+    or as the ``prefect.flow-run.<id>`` resource of a Prefect event), or the latest pipeline run in the experiment."""
     client = tracker.client
+    run_id = (run_id or "").removeprefix("prefect.flow-run.")  # a Prefect event's resource id (the trigger)
     if not run_id:
         run = _latest(client, tracker.experiment_id)
         if run is None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.config import ValidateConfig
+from tasks.core.datadocs import vendor_site
 from tasks.core.errors import DataRejected, InvariantBroken
 from tasks.core.schema import ALARM_COLUMNS, KPI_COLUMNS
 from tasks.core.stages.raw import CORRUPT, RawLayout, check_files, read_alarms, read_kpi
@@ -258,6 +259,7 @@ def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig)
         )
     rows = sum(summary["rows"].values())
     (out_dir / EXPECTATIONS_MD).write_text(expectations_markdown(summary))
+    docs = vendor_site((out_dir / DATA_DOCS).parent) if cfg.build_data_docs else None
     return {
         "raw": str(layout.root),
         "rows_in": rows,
@@ -265,6 +267,7 @@ def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig)
         "rows_quarantined": 0,
         "quarantine_rate": rate,
         "data_docs_rel": DATA_DOCS if cfg.build_data_docs else None,
+        "data_docs_offline": docs and {k: docs[k] for k in ("offline", "pages", "external")},
         "expectations_md": EXPECTATIONS_MD,
         **{k: v for k, v in summary.items() if k not in ("result_json", "data_docs")},
     }

@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 from tasks.core.config import load_config
+from tasks.core.datadocs import assets_dir, vendor_site
 from tasks.core.stages.ingest import run_ingest
 from tasks.core.stages.raw import discover
 from tasks.core.stages.simulate import simulate
-from tasks.core.stages.validate import expectation_rows, expectations_markdown, run_validation
+from tasks.core.stages.validate import DATA_DOCS, expectation_rows, expectations_markdown, run_validation
 
 pytestmark = pytest.mark.spark
 
@@ -89,6 +90,11 @@ def test_validation_reports_gx_results_and_docs(spark, tiny_raw, tmp_path):
     } <= names
     assert summary["data_docs"].endswith("index.html")
     assert (tmp_path / "validation_result.json").stat().st_size > 1000
+    # every script, style and font GX's pages load from CDNs now comes from the site itself (issue 16)
+    assert assets_dir(), "the Data Docs assets are not installed in this environment: run `make setup`"
+    docs = vendor_site((tmp_path / DATA_DOCS).parent)
+    assert docs["offline"] and docs["pages"] >= 6, docs["external"]
+    assert "jquery@3.7.1/dist/jquery.min.js" in docs["vendored"]
 
 
 def test_tolerated_dirt_passes_gx_with_the_same_counts(spark, tiny_raw, tmp_path):
