@@ -17,7 +17,7 @@ from tasks.evaluate import evaluate_task
 from tasks.features import features_task
 from tasks.ingest import ingest_task
 from tasks.runner import store_root, value
-from tasks.runs import publish_links, recover_crashed_runs, revive_run
+from tasks.runs import describe_run, publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
 from tasks.tracking import finish_tracking, record_run, stage_summary, start_tracking, system_metrics
 from tasks.train import train_task
@@ -108,5 +108,5 @@ def fault_prediction_pipeline(
             beat.finish(summary["status"])
             summary.update(stage_summary(stages))
             summary.update(finish_tracking(cfg, run_id, summary, run_dir))
-    publish_links(summary)
+    describe_run(cfg, summary, publish_links(summary))
     return summary

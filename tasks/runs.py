@@ -80,7 +80,7 @@ def _prefect_run_url() -> str | None:
         return None
 
 
-def publish_links(summary: dict[str, Any]) -> None:
+def publish_links(summary: dict[str, Any]) -> str:
     """The run's links: the MLflow run, the Prefect flow run, the GX Data Docs, the registered model; http links
     where a server serves them (`make ui`), otherwise the path and how to browse it."""
     uri = str(summary.get("tracking_uri") or "")
@@ -99,4 +99,19 @@ def publish_links(summary: dict[str, Any]) -> None:
         lines.append(f"- [GX Data Docs]({docs})" if docs else f"- GX Data Docs: `{summary['data_docs']}`")
     if summary.get("registered_model"):
         lines.append(f"- registered model `{summary['registered_model']}`")
-    publish_markdown("run-links", "\n".join(lines) + "\n", "MLflow and GX links")
+    text = "\n".join(lines) + "\n"
+    publish_markdown("run-links", text, "MLflow and GX links")
+    return text
+
+
+def describe_run(cfg: FaultlineConfig, summary: dict[str, Any], links: str) -> None:
+    """The MLflow run's description (the Overview's "Description", MLflow's ``mlflow.note.content`` tag): the
+    run's links, so the MLflow run leads back to the Prefect run and the Data Docs. Not while tracking is
+    journaled (the run id is provisional then); a failure to set it is logged, never fails the run."""
+    run = summary.get("mlflow_run_id")
+    if not run or str(summary.get("tracking", "")).startswith("journaled"):
+        return
+    try:
+        tracker_for(cfg).set_tags(run, {"mlflow.note.content": links})
+    except Exception as e:  # the run's outcome stands without its description
+        logger().warning("MLflow run %s: description not set (%s)", run, e)

@@ -200,6 +200,8 @@ def _follow_run_links(stack: Stack, run_id: str, summary: dict) -> dict[str, str
     assert status == 200 and run["info"]["status"] == "FINISHED" and run["data"]["metrics"]
     tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
     assert tags["gx_data_docs"] == urls["GX Data Docs"]
+    description = tags["mlflow.note.content"]  # the MLflow run's description: the same links
+    assert urls["GX Data Docs"] in description and urls["Prefect flow run"] in description, description
     assert _get(mlflow_run)[0] == 200
     assert urls["Prefect flow run"].startswith(stack.url) and run_id in urls["Prefect flow run"]
     status, page = _get(urls["GX Data Docs"])
@@ -238,6 +240,39 @@ def _checklist_triggered_by(stack: Stack, run_id: str, summary: dict) -> None:
     assert tags.get("checklist_verdict") == "pass", tags
 
 
+def test_a_rerun_shows_its_stages_as_cached_and_keeps_one_model_version(stack):
+    """The same parameters again (the form's run, through the API): every stage is reused and Prefect shows it
+    as `Cached`; the registry keeps one version for the identical weights."""
+    from playwright.sync_api import sync_playwright
+
+    dep = api(stack, "/deployments/name/fault_prediction_pipeline/manual")
+    first = [r for r in api(stack, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [dep["id"]]}}})]
+    assert len(first) == 1 and first[0]["state_type"] == "COMPLETED", "the form's run (test above) is missing"
+    created = api(stack, f"/deployments/{dep['id']}/create_flow_run", {"parameters": first[0]["parameters"]})
+    run = wait_for(
+        lambda: (r := api(stack, f"/flow_runs/{created['id']}"))["state_type"] in FINAL and r, 600, "the rerun", 5
+    )
+    assert run["state_type"] == "COMPLETED", run["state"]
+    tasks = api(stack, "/task_runs/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})
+    states = {t["name"].rsplit("-", 1)[0]: t["state_name"] for t in tasks}
+    stages = ("validate", "ingest", "features", "train", "evaluate")
+    assert all(states.get(s) == "Cached" for s in stages), states
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{stack.url}/runs/flow-run/{run['id']}", wait_until="networkidle")
+            page.get_by_role("tab", name="Task Runs").click()
+            page.get_by_text("Cached").first.wait_for(timeout=30_000)  # the UI's own state badge
+            page.screenshot(path=str(shots_dir(stack) / "5-rerun-cached.png"), full_page=True)
+        finally:
+            browser.close()
+    model = "faultline-fault-gnn"
+    status, body = _get(f"{stack.mlflow_url}/api/2.0/mlflow/model-versions/search?filter=name%3D%27{model}%27")
+    versions = json.loads(body).get("model_versions", [])
+    assert status == 200 and len(versions) == 1, [(v["version"], v["run_id"]) for v in versions]
+
+
 def test_checklist_deployment_runs_on_the_worker(stack):
     """The `presubmit` deployment from prefect.yaml, run on the worker over the store the UI run filled."""
     dep = api(stack, "/deployments/name/presubmit_checklist/presubmit")
@@ -249,9 +284,12 @@ def test_checklist_deployment_runs_on_the_worker(stack):
         every=3,
     )
     assert run["state_type"] == "COMPLETED", run["state"]
-    reports = list((Path(stack.store) / "store" / "checklists").glob("*/checklist.json"))
-    assert len(reports) == 1
-    report = json.loads(reports[0].read_text())
+    # one report per checked pipeline run (the triggered checklists wrote theirs too); this run's is the newest
+    reports = sorted(
+        (Path(stack.store) / "store" / "checklists").glob("*/checklist.json"), key=lambda p: p.stat().st_mtime
+    )
+    assert reports, "no checklist report"
+    report = json.loads(reports[-1].read_text())
     status = {c["id"]: c["status"] for c in report["checks"]}
     assert status["mlflow_complete"] == "pass" and status["spark_dynamic_allocation_off"] == "pass"
     assert status["gpu_utilization"] == "na" and report["verdict"] == "pass", report["checks"]
