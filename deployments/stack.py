@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from deployments.automations import HEARTBEAT_S
 from tasks.core.ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +45,8 @@ class Stack:
         self.log_dir = Path(log_dir or self.home / "logs")
         self.fast = fast_schedules
         self.procs: list[subprocess.Popen] = []
+        self.worker: subprocess.Popen | None = None
+        self.automations = ""
 
     @property
     def env(self) -> dict[str, str]:
@@ -59,6 +62,9 @@ class Stack:
             "PREFECT_SERVER_API_HOST": "127.0.0.1",
             "PREFECT_SERVER_API_PORT": str(self.port),
             "PREFECT_UI_API_URL": self.api,
+            # flow runs the worker starts beat every 30 s: the zombie-run automation (deployments/automations.py)
+            # marks one Crashed after 90 s of silence (its worker and process killed, its machine gone)
+            "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
             "FAULTLINE_HOME": str(REPO),
             "FAULTLINE_MLFLOW_URI": self.mlflow_url,
             "FAULTLINE_FILES_URL": self.files_url,
@@ -143,9 +149,23 @@ class Stack:
             self._prefect("work-pool", "create", pool, "--type", "process", "--overwrite")
         if deploy:
             self._prefect("--no-prompt", "deploy", "--all", timeout=600)
+            self.automations = self._python("-m", "deployments.automations").strip()
         if worker:
-            self._spawn("worker", "worker", "start", "--pool", "faultline-cpu", "--type", "process")
+            self.start_worker()
         return self
+
+    def start_worker(self) -> subprocess.Popen:
+        """A process worker on the CPU pool (its flow runs start in their own process groups)."""
+        self.worker = self._spawn("worker", "worker", "start", "--pool", "faultline-cpu", "--type", "process")
+        return self.worker
+
+    def _python(self, *args: str, timeout: int = 120) -> str:
+        p = subprocess.run(
+            [sys.executable, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        )
+        if p.returncode != 0:
+            raise RuntimeError(f"python {' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+        return p.stdout
 
     def prefect(self, *args: str, timeout: int = 300) -> str:
         return self._prefect(*args, timeout=timeout)
@@ -187,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"CLI runs land in this UI after `source {env}` (else they use a temporary Prefect API of their own)")
     print(
-        "Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit, "
-        "environment_doctor/doctor, "
-        "simulate_workload/simulate, benchmark/benchmark. Ctrl-C stops everything.",
+        "Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit "
+        "(triggered by each completed pipeline run), crashed_pipeline_run/crashed (triggered by each crashed one), "
+        "environment_doctor/doctor, simulate_workload/simulate, benchmark/benchmark. Automation: zombie runs "
+        "(no heartbeat for 90 s) are set Crashed. Ctrl-C stops everything.",
         flush=True,
     )
     try:

@@ -17,7 +17,7 @@ from tasks.evaluate import evaluate_task
 from tasks.features import features_task
 from tasks.ingest import ingest_task
 from tasks.runner import store_root, value
-from tasks.runs import describe_run, publish_links, recover_crashed_runs, revive_run
+from tasks.runs import describe_run, mark_crashed_run, publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
 from tasks.tracking import finish_tracking, record_run, stage_summary, start_tracking, system_metrics
 from tasks.train import train_task
@@ -110,3 +110,18 @@ def fault_prediction_pipeline(
             summary.update(finish_tracking(cfg, run_id, summary, run_dir))
     describe_run(cfg, summary, publish_links(summary))
     return summary
+
+
+@flow(name="crashed_pipeline_run", log_prints=True)
+def crashed_pipeline_run(
+    run_id: str, profile: Profile = "local", reason: str = "Prefect set the flow run Crashed"
+) -> dict[str, Any]:
+    """What a crashed pipeline run leaves behind, marked: its MLflow run KILLED, its heartbeat file crashed.
+
+    Args:
+        run_id: the crashed run's Prefect flow run id (bare, or the ``prefect.flow-run.<id>`` of its event).
+        profile: the profile whose store and MLflow the run used.
+        reason: why it is marked (recorded in the heartbeat file).
+    """
+    cfg = load_config(profile, [])
+    return mark_crashed_run(cfg, store_root(cfg.paths.root), run_id, reason)

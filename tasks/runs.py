@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from prefect import task
 
 from tasks.core.config import FaultlineConfig
-from tasks.core.runs import dead_runs, mark_crashed
+from tasks.core.runs import HEARTBEAT, dead_runs, mark_crashed
 from tasks.core.store import file_url
 from tasks.runner import TASK_OPTIONS, logger, publish_markdown
 from tasks.tracking import tracker_for
@@ -48,6 +49,22 @@ def revive_run(cfg: FaultlineConfig) -> Callable[[dict[str, Any]], None]:
             tracker_for(cfg).reopen_run(data["mlflow_run_id"])
 
     return revive
+
+
+@task(name="mark-crashed-run", **TASK_OPTIONS)
+def mark_crashed_run(cfg: FaultlineConfig, root: Path, flow_run_id: str, reason: str) -> dict[str, Any]:
+    """A pipeline run that Prefect set ``Crashed`` (its worker saw the process die, or the zombie-run automation
+    heard no heartbeat): its MLflow run ``KILLED`` and its heartbeat file ``crashed``. A run that is alive after
+    all sees the mark at its next beat and revives itself (Prefect ``Running``, MLflow ``RUNNING``)."""
+    flow_run_id = flow_run_id.removeprefix("prefect.flow-run.")
+    hb = root / "runs" / flow_run_id / HEARTBEAT
+    if not hb.is_file():
+        logger().warning("flow run %s left no heartbeat in %s: nothing to mark", flow_run_id, root / "runs")
+        return {"flow_run_id": flow_run_id, "skipped": f"no {hb}"}
+    entry = {**json.loads(hb.read_text()), "file": str(hb), "reason": reason}
+    done = mark_crashed(entry, None, lambda run_id: tracker_for(cfg).end_run(run_id, "KILLED"))
+    logger().warning("crashed flow run %s: %s", flow_run_id, done)
+    return done
 
 
 @task(name="recover-crashed-runs", **TASK_OPTIONS)

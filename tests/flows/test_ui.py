@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import time
 import urllib.request
 import uuid
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from deployments.stack import Stack
+from tasks.core.store import pid_alive
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
 CHROMIUM = "/usr/bin/chromium"
@@ -198,6 +200,8 @@ def _follow_run_links(stack: Stack, run_id: str, summary: dict) -> dict[str, str
     status, body = _get(f"{stack.mlflow_url}/api/2.0/mlflow/runs/get?run_id={summary['mlflow_run_id']}")
     run = json.loads(body)["run"]
     assert status == 200 and run["info"]["status"] == "FINISHED" and run["data"]["metrics"]
+    system = [m["key"] for m in run["data"]["metrics"] if m["key"].startswith("system/")]
+    assert "system/cpu_utilization_percentage" in system, system  # what the System metrics tab plots
     tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
     assert tags["gx_data_docs"] == urls["GX Data Docs"]
     description = tags["mlflow.note.content"]  # the MLflow run's description: the same links
@@ -262,7 +266,7 @@ def test_a_rerun_shows_its_stages_as_cached_and_keeps_one_model_version(stack):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{stack.url}/runs/flow-run/{run['id']}", wait_until="networkidle")
-            page.get_by_role("tab", name="Task Runs").click()
+            page.get_by_text("Task Runs", exact=True).first.click()
             page.get_by_text("Cached").first.wait_for(timeout=30_000)  # the UI's own state badge
             page.screenshot(path=str(shots_dir(stack) / "5-rerun-cached.png"), full_page=True)
         finally:
@@ -295,3 +299,39 @@ def test_checklist_deployment_runs_on_the_worker(stack):
     assert status["gpu_utilization"] == "na" and report["verdict"] == "pass", report["checks"]
     keys = {a["key"] for a in api(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})}
     assert {"presubmit-checklist", "presubmit-checklist-table"} <= keys
+
+
+def test_a_run_killed_with_its_worker_is_marked_crashed_and_its_mlflow_run_killed(stack):
+    """A running pipeline run and its worker SIGKILLed together, as a dying machine would leave them: nothing is
+    left to report, so only the zombie-run automation can tell (deployments/automations.py): the run is set
+    Crashed ~90 s after its last heartbeat event, and the `crashed` deployment's trigger marks its MLflow run
+    KILLED and its heartbeat file crashed (on a worker started again). Last in the module: it kills the worker."""
+    dep = api(stack, "/deployments/name/fault_prediction_pipeline/manual")
+    created = api(stack, f"/deployments/{dep['id']}/create_flow_run", {"parameters": {"days": 1, "force": True}})
+    rid = created["id"]
+    hb = Path(stack.store) / "store" / "runs" / rid / "heartbeat.json"
+    beat = wait_for(lambda: hb.is_file() and json.loads(hb.read_text()), 300, "the run's heartbeat file")
+    query = {
+        "filter": {"event": {"name": ["prefect.flow-run.heartbeat"]}, "resource": {"id": [f"prefect.flow-run.{rid}"]}},
+        "limit": 5,
+    }
+    wait_for(lambda: api(stack, "/events/filter", query).get("events"), 180, "a Prefect heartbeat event of the run")
+    assert api(stack, f"/flow_runs/{rid}")["state_type"] == "RUNNING"
+    pid = int(beat["pid"])
+    os.killpg(stack.worker.pid, signal.SIGKILL)
+    os.killpg(os.getpgid(pid), signal.SIGKILL)
+    run = wait_for(
+        lambda: (r := api(stack, f"/flow_runs/{rid}"))["state_type"] == "CRASHED" and r, 300, "the automation", 5
+    )
+    assert "no heartbeat" in run["state"]["message"], run["state"]
+    wait_for(lambda: not pid_alive(pid), 30, "the killed run's process to be gone")
+    stack.start_worker()
+
+    def mlflow_status():
+        return json.loads(_get(f"{stack.mlflow_url}/api/2.0/mlflow/runs/get?run_id={beat['mlflow_run_id']}")[1])["run"][
+            "info"
+        ]["status"]
+
+    wait_for(lambda: mlflow_status() == "KILLED", 300, "the `crashed` deployment to mark the MLflow run KILLED", 5)
+    assert json.loads(hb.read_text())["status"] == "crashed"
+    _screenshot(stack, f"{stack.url}/runs/flow-run/{rid}", "6-killed-run-crashed.png", "Crashed")
