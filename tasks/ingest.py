@@ -7,11 +7,11 @@ from pathlib import Path
 from prefect import task
 
 from tasks.core.config import IngestConfig
-from tasks.core.runtime import Runtime, spark_session
+from tasks.core.runtime import Runtime
 from tasks.core.stages.ingest import ingest_stage
 from tasks.core.stages.raw import check_unchanged, discover
 from tasks.core.store import StageResult, run_stage
-from tasks.runner import TASK_OPTIONS, finish_stage
+from tasks.runner import TASK_OPTIONS, finish_stage, spark_stage
 
 
 @task(name="ingest", **TASK_OPTIONS)
@@ -24,7 +24,12 @@ def ingest_task(
         "ingest",
         inputs,
         cfg,
-        lambda tmp: ingest_stage(spark_session(rt.spark_conf), discover(Path(raw)), validation["violations"], tmp, cfg),
+        lambda tmp: spark_stage(
+            rt,
+            "ingest",
+            tmp,
+            lambda spark: ingest_stage(spark, discover(Path(raw)), validation["violations"], tmp, cfg),
+        ),
         force=force,
         verify=lambda: check_unchanged(Path(raw), validation.inputs["raw"], validation.get("raw_files") or {}),
     )

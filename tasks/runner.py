@@ -49,6 +49,28 @@ def logger():
         return logging.getLogger("faultline")
 
 
+def spark_stage(rt, stage: str, out: Path, body) -> dict[str, Any]:
+    """Run a Spark stage's body in its own named session (stopped at the end) and add to its manifest what the
+    RAPIDS Accelerator said about its plans (``rapids``: None when the plugin is off)."""
+    from tasks.core.sparkops import RapidsReport, stage_spark
+
+    with stage_spark(rt.spark_conf, stage) as spark:
+        with RapidsReport(spark, out / "rapids_explain.log") as rapids:
+            result = body(spark)
+        report = rapids.summary()
+    if report:
+        gpu = f"{report['gpu_share']:.0%}" if report["gpu_share"] is not None else "n/a"
+        logger().info(
+            "%s: RAPIDS Accelerator (%s) placed %s of operator mentions on the GPU; %d kinds of fallback%s",
+            stage,
+            report["mode"],
+            gpu,
+            len(report["fallbacks"]),
+            "".join(f"\n  {f['exec']}: {f['reason']}" for f in report["fallbacks"][:8]),
+        )
+    return {**result, "rapids": report}
+
+
 def finish_stage(result: StageResult, details: dict[str, Any] | None = None) -> StageResult:
     """Log the stage's figures to the run's log and show its table as an artifact."""
     log = logger()

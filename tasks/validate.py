@@ -7,11 +7,11 @@ from pathlib import Path
 from prefect import task
 
 from tasks.core.config import ValidateConfig
-from tasks.core.runtime import Runtime, spark_session
+from tasks.core.runtime import Runtime
 from tasks.core.stages.raw import check_unchanged, discover
 from tasks.core.stages.validate import expectation_rows, validate_stage
 from tasks.core.store import StageResult, run_stage
-from tasks.runner import TASK_OPTIONS, finish_stage, publish_table
+from tasks.runner import TASK_OPTIONS, finish_stage, publish_table, spark_stage
 
 
 @task(name="validate", **TASK_OPTIONS)
@@ -23,7 +23,10 @@ def validate_task(raw: str, cfg: ValidateConfig, rt: Runtime, root: Path, force:
         "validate",
         {"raw": fp},
         cfg,
-        lambda tmp: {**validate_stage(spark_session(rt.spark_conf), layout, tmp, cfg), "raw_files": stamps},
+        lambda tmp: {
+            **spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg)),
+            "raw_files": stamps,
+        },
         force=force,
         verify=lambda: check_unchanged(Path(raw), fp, stamps),
     )

@@ -10,6 +10,9 @@
 #   doctor    faultline doctor
 #   lake      faultline run --profile gpu --until ingest: validate and ingest only (a lake for util and eval)
 #   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path
+#   rapids    validate and ingest again on the same exports with Spark's RAPIDS Accelerator (the jar make setup
+#             installed; concurrentGpuTasks in RAPIDS_TASKS, default 2), each in its own store, then
+#             bench/device/same_lake.py: lake, quarantine and GX results vs the lake step's CPU run, stage times
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth)
 #   check     faultline check on the newest GPU run (run's or e2e's)
 #   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
@@ -53,6 +56,14 @@ chain() {
       python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     lake) $FL run --profile gpu --topology backbone/world --days 14 --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
+    rapids) RAW=$(ls -d /tmp/fl/root/store/raw/*/ | head -1)
+      for g in ${RAPIDS_TASKS:-2}; do
+        FAULTLINE_ROOT=/tmp/fl/rapids$g $FL run --profile gpu --raw "$RAW" --until ingest --set ingest.rapids_jar=installed \
+          --set ingest.concurrent_gpu_tasks=$g --json > $R/rapids_$g.json 2> $R/rapids_$g.log
+        echo "rapids tasks=$g rc=$?" >> $R/steps.log
+        .venv/bin/python bench/device/same_lake.py /tmp/fl/root/store /tmp/fl/rapids$g/store $R/same_lake_$g.json >> $R/steps.log 2>&1
+        cp /tmp/fl/rapids$g/store/ingest/*/rapids_explain.log $R/rapids_explain_ingest_$g.log 2>/dev/null
+      done ;;
     eval) LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
       $FL run --profile gpu --topology backbone/world --days 14 --from features --lake "$LAKE" --json > $R/eval.json 2> $R/eval.log
       echo "eval rc=$?" >> $R/steps.log; RUN=$(run_summary $R/eval.json "['mlflow_run_id']")
@@ -78,7 +89,7 @@ chain() {
 
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
-  for f in steps.log install_time.txt e2e.json checklist.md features.json run.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  for f in steps.log install_time.txt e2e.json checklist.md features.json run.json same_lake_2.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }
 

@@ -103,7 +103,24 @@ class IngestConfig(_Section):
     executor_memory_gb: float | None = Field(None, description="None: derived from GPU memory (guide's rule)")
     max_direct_memory_gb: float = Field(2.0, gt=0)
     event_log: bool = True
-    rapids_jar: str | None = None
+    dedup_by_day: bool = Field(
+        True,
+        description="KPI dedup: shuffle the rows once, by day (the key fixes the day); false: the general path "
+        "(the window and each write shuffle on their own), kept for comparison",
+    )
+    rapids_jar: str | None = Field(
+        None,
+        description="the RAPIDS Accelerator jar: a path, or 'installed' for the one make setup put in the venv "
+        "(GPU targets); None: Spark on the CPU",
+    )
+    rapids_mode: Literal["executeOnGPU", "explainOnly"] = Field(
+        "executeOnGPU",
+        description="explainOnly: every query on the CPU, the plugin only reports what would run on the GPU "
+        "(works on a host without one)",
+    )
+    rapids_shuffle_mode: Literal["MULTITHREADED", "UCX", "CACHE_ONLY"] = Field(
+        "MULTITHREADED", description="the RAPIDS shuffle manager's mode; UCX needs UCX's native libraries"
+    )
     concurrent_gpu_tasks: int = Field(2, ge=1)
     extra_conf: dict[str, str] = Field(default_factory=dict)
 

@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -138,7 +139,7 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
     block = cfg.parquet_block_size_mb * 1024 * 1024
     conf = {
         "spark.master": cfg.master,
-        "spark.app.name": "faultline-ingest",
+        "spark.app.name": "faultline",  # a pipeline stage names its own session faultline-<stage>
         "spark.dynamicAllocation.enabled": "false",
         "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
@@ -172,27 +173,43 @@ class RapidsJarMissing(ConfigError):
     pass
 
 
+def installed_rapids_jar() -> Path | None:
+    """The RAPIDS Accelerator jar ``make setup`` installed into this venv (GPU targets), if any."""
+    jars = sorted((Path(sys.prefix) / "jars").glob("rapids-4-spark_*.jar"))
+    return jars[-1] if jars else None
+
+
 def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
-    jar = Path(cfg.rapids_jar or "")
-    if not jar.is_file():
+    jar = installed_rapids_jar() if cfg.rapids_jar == "installed" else Path(cfg.rapids_jar or "")
+    if jar is None or not jar.is_file():
         raise RapidsJarMissing(
-            f"ingest.rapids_jar is set to {str(jar)!r} but no such file exists: download the RAPIDS "
-            "Accelerator jar (rapids-4-spark_2.13) for this Spark version or unset ingest.rapids_jar"
+            f"ingest.rapids_jar is set to {cfg.rapids_jar!r} but no such file exists: run `make setup` on a GPU "
+            "host (it installs the RAPIDS Accelerator jar, rapids-4-spark_2.13, into the venv), give its path, "
+            "or unset ingest.rapids_jar"
         )
     import pyspark
 
-    version = "".join(pyspark.__version__.split(".")[:3])  # 4.3.0 -> spark430, as RAPIDS names its shims
-    return {
+    version = "".join(pyspark.__version__.split(".")[:3])  # 4.2.0 -> spark420, as RAPIDS names its shims
+    conf = {
         "spark.jars": str(jar.resolve()),
         "spark.plugins": "com.nvidia.spark.SQLPlugin",
         "spark.rapids.sql.enabled": "true",
+        "spark.rapids.sql.mode": cfg.rapids_mode,
+        # every plan's placement, operator by operator, logged by the plugin and kept in the stage's manifest
+        "spark.rapids.sql.explain": "ALL",
         "spark.rapids.sql.concurrentGpuTasks": str(cfg.concurrent_gpu_tasks),
-        "spark.rapids.memory.pinnedPool.size": "2g",
-        "spark.executor.resource.gpu.amount": "1",
-        "spark.task.resource.gpu.amount": str(round(1 / max(1, cfg.concurrent_gpu_tasks), 3)),
         "spark.shuffle.manager": f"com.nvidia.spark.rapids.spark{version}.RapidsShuffleManager",
-        "spark.rapids.shuffle.mode": "UCX",
+        "spark.rapids.shuffle.mode": cfg.rapids_shuffle_mode,
+        # cached (persisted) input kept as Parquet batches the GPU scans; Spark's default keeps rows the plugin
+        # cannot scan ("ParquetCachedBatchSerializer is not being used"). It also runs on the CPU (explainOnly)
+        "spark.sql.cache.serializer": "com.nvidia.spark.ParquetCachedBatchSerializer",
     }
+    if cfg.rapids_mode == "executeOnGPU":  # explainOnly runs on the CPU: no GPU to ask for, no pinned memory
+        conf["spark.rapids.memory.pinnedPool.size"] = "2g"
+        if not cfg.master.startswith("local"):  # a cluster schedules GPUs; local mode has one process and GPU 0
+            conf["spark.executor.resource.gpu.amount"] = "1"
+            conf["spark.task.resource.gpu.amount"] = str(round(1 / max(1, cfg.concurrent_gpu_tasks), 3))
+    return conf
 
 
 def spark_session(conf: dict[str, str]):

@@ -46,4 +46,29 @@ def test_rapids_conf_when_the_jar_exists(tmp_path):
     assert conf["spark.rapids.sql.concurrentGpuTasks"] == "2"
     short = "".join(pyspark.__version__.split(".")[:3])
     assert conf["spark.shuffle.manager"] == f"com.nvidia.spark.rapids.spark{short}.RapidsShuffleManager"
-    assert conf["spark.executor.resource.gpu.amount"] == "1"
+    assert conf["spark.rapids.shuffle.mode"] == "MULTITHREADED"  # UCX only when asked: it needs native libraries
+    assert conf["spark.rapids.sql.explain"] == "ALL" and conf["spark.rapids.sql.mode"] == "executeOnGPU"
+    assert conf["spark.sql.cache.serializer"] == "com.nvidia.spark.ParquetCachedBatchSerializer"
+    assert "spark.executor.resource.gpu.amount" not in conf  # local[*]: one process on GPU 0, nothing to schedule
+    cluster = spark_conf(
+        load_config("dgx", [f"ingest.rapids_jar={jar}", "ingest.master=spark://10.0.0.1:7077"]).ingest, H200, None
+    )
+    assert cluster["spark.executor.resource.gpu.amount"] == "1" and cluster["spark.task.resource.gpu.amount"] == "0.5"
+    explain = spark_conf(
+        load_config("dgx", [f"ingest.rapids_jar={jar}", "ingest.rapids_mode=explainOnly"]).ingest, H200, None
+    )
+    assert explain["spark.rapids.sql.mode"] == "explainOnly" and "spark.rapids.memory.pinnedPool.size" not in explain
+
+
+def test_installed_rapids_jar_is_the_venvs(tmp_path, monkeypatch):
+    from tasks.core import runtime
+
+    monkeypatch.setattr(runtime.sys, "prefix", str(tmp_path))
+    cfg = load_config("dgx", ["ingest.rapids_jar=installed"]).ingest
+    with pytest.raises(RapidsJarMissing, match="make setup"):
+        spark_conf(cfg, H200, None)
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "rapids-4-spark_2.13-26.08.1-cuda13.jar").write_bytes(b"PK")
+    assert spark_conf(cfg, H200, None)["spark.jars"] == str(
+        tmp_path / "jars" / "rapids-4-spark_2.13-26.08.1-cuda13.jar"
+    )

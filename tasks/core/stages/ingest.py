@@ -14,6 +14,7 @@ from typing import Any
 from tasks.core.config import IngestConfig
 from tasks.core.errors import InvariantBroken
 from tasks.core.schema import ALARM_NAMES, KPI_NAMES
+from tasks.core.sparkops import job_group
 from tasks.core.stages.raw import CORRUPT, RawLayout, read_alarms, read_kpi
 from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 
@@ -30,8 +31,10 @@ def flag_rows(df, rules: list[Rule]):
     return df.select("*", *cols)
 
 
-def split_rows(df, rules: list[Rule], key: tuple[str, ...]):
-    """Return (clean winners, quarantine) DataFrames; quarantine has one reason column per rule."""
+def split_rows(df, rules: list[Rule], key: tuple[str, ...], cluster: str | None = None):
+    """Return (clean winners, quarantine) DataFrames; quarantine has one reason column per rule. ``cluster``: a
+    column the rows are already partitioned by and that the key determines (the day of a KPI key's timestamp):
+    the window groups by it too, which splits no key's copies and needs no shuffle of its own."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -41,7 +44,9 @@ def split_rows(df, rules: list[Rule], key: tuple[str, ...]):
     flagged = flagged.withColumn("_bad", bad)
     # Rows that pass every rule sort first, so the winner is chosen among them alone: a dirty re-send of a
     # sample (or a broken line that parsed a key) never outranks, and so never displaces, a clean copy.
-    w = Window.partitionBy(*key).orderBy(F.col("_bad").asc(), F.col("_source_file").desc(), F.col("_seq").desc())
+    w = Window.partitionBy(*([cluster] if cluster else []), *key).orderBy(
+        F.col("_bad").asc(), F.col("_source_file").desc(), F.col("_seq").desc()
+    )
     ranked = flagged.withColumn("_rank", F.row_number().over(w))
     ranked = ranked.withColumn("duplicate", ~F.col("_bad") & (F.col("_rank") > 1))
     reasons.append("duplicate")
@@ -51,11 +56,13 @@ def split_rows(df, rules: list[Rule], key: tuple[str, ...]):
     return clean, quarantine, reasons
 
 
-def _write(df, path: Path, cfg: IngestConfig, partition: str = "date") -> None:
+def _write(df, path: Path, cfg: IngestConfig, partition: str = "date", clustered: bool = False) -> None:
+    """One directory per ``partition`` value, rows sorted by element and time. ``clustered``: every value of
+    ``partition`` already sits in one Spark partition (no shuffle needed, one writer per value all the same)."""
     block = cfg.parquet_block_size_mb * 1024 * 1024
+    df = df if clustered else df.repartition(partition)
     (
-        df.repartition(partition)
-        .sortWithinPartitions(*[c for c in ("element_id", "timestamp") if c in df.columns])
+        df.sortWithinPartitions(partition, *[c for c in ("element_id", "timestamp") if c in df.columns])
         .write.mode("error")
         .option("maxRecordsPerFile", max(1, block // EST_BYTES_PER_ROW))
         .partitionBy(partition)
@@ -94,20 +101,33 @@ def ingest_source(
 ) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
+    group = f"ingest:{name}"
+    # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
+    # day, as they are cached, and the window (grouped by day and key), the lake's write (partitioned by day) and
+    # the quarantine's run inside those partitions. Otherwise (alarms: keyed by alarm_id alone) the window and
+    # each write shuffle on their own.
+    cluster = "_day" if cfg.dedup_by_day and "timestamp" in key else None
+    if cluster:
+        df = df.withColumn(cluster, F.to_date("timestamp")).repartition(cluster)
     df = df.persist()
-    rows_in = df.count()
-    clean, quarantine, reasons = split_rows(df, rules, key)
-    clean = clean.select(*columns).withColumn("date", F.to_date("timestamp"))
-    _write(clean, out / name, cfg)
+    with job_group(spark, group, f"ingest {name}: read the raw exports and count rows in"):
+        rows_in = df.count()
+    clean, quarantine, reasons = split_rows(df, rules, key, cluster)
+    day = F.col(cluster) if cluster else F.to_date("timestamp")
+    clean = clean.select(*columns, day.alias("date"))
+    with job_group(spark, group, f"ingest {name}: rules, dedup, write the lake"):
+        _write(clean, out / name, cfg, clustered=cluster is not None)
     q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, "_source_file", *reasons, "reasons"]
     quarantine = quarantine.select(*q_cols).withColumn(
         "date", F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown"))
     )
-    _write(quarantine, out / "quarantine" / name, cfg)
+    with job_group(spark, group, f"ingest {name}: rules, dedup, write the quarantine"):
+        _write(quarantine, out / "quarantine" / name, cfg, clustered=cluster is not None)
     out_facts = _parquet_facts(out / name)
-    q = spark.read.parquet(str(out / "quarantine" / name))
-    by_reason = q.select(*[F.sum(F.col(c).cast("long")).alias(c) for c in reasons]).first().asDict()
-    rows_q = q.count()
+    with job_group(spark, group, f"ingest {name}: count the quarantine by reason"):
+        q = spark.read.parquet(str(out / "quarantine" / name))
+        by_reason = q.select(*[F.sum(F.col(c).cast("long")).alias(c) for c in reasons]).first().asDict()
+        rows_q = q.count()
     df.unpersist()
     if rows_in != out_facts["rows"] + rows_q:
         raise InvariantBroken(f"ingest lost rows in {name}: in={rows_in} out={out_facts['rows']} quarantined={rows_q}")

@@ -11,6 +11,7 @@ from tasks.core.config import ValidateConfig
 from tasks.core.datadocs import vendor_site
 from tasks.core.errors import DataRejected, InvariantBroken
 from tasks.core.schema import ALARM_COLUMNS, KPI_COLUMNS
+from tasks.core.sparkops import job_group
 from tasks.core.stages.raw import CORRUPT, RawLayout, check_files, read_alarms, read_kpi
 from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 
@@ -51,7 +52,8 @@ def _run_suite(context, source, name: str, expectations: list, df, actions: list
             result_format={"result_format": "SUMMARY"},
         )
     )
-    result = cp.run(batch_parameters={"dataframe": df})
+    with job_group(df.sparkSession, f"validate:{name}", f"GX suite {name}: {len(expectations)} expectations"):
+        result = cp.run(batch_parameters={"dataframe": df})
     (run_result,) = result.run_results.values()
     return run_result.to_json_dict() | {"_success": bool(result.success)}
 
@@ -115,7 +117,10 @@ def _topology_suite(spark, topo) -> tuple[list, Any]:
 def _read_sources(spark, layout: RawLayout) -> tuple[dict[str, Any], dict[str, int]]:
     """Both sources as cached DataFrames with their row counts; an empty source is rejected."""
     frames = {"kpi": read_kpi(spark, layout).cache(), "alarms": read_alarms(spark, layout)}
-    counts = {source: df.count() if df is not None else 0 for source, df in frames.items()}
+    counts = {}
+    for source, df in frames.items():
+        with job_group(spark, f"validate:{source}", f"validate {source}: read the raw exports and count rows"):
+            counts[source] = df.count() if df is not None else 0
     for source, rows in counts.items():
         if rows == 0:
             where = layout.root / source
@@ -159,8 +164,9 @@ def run_validation(
         parsed = df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT)
         row_exps = _row_expectations(rules[source], KEYS[source], mostly)
         results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions)
-        counts[source] = rule_counts(df, rules[source])
-        counts[source]["malformed"] = df.filter(F.col(CORRUPT).isNotNull()).count()
+        with job_group(spark, f"validate:{source}", f"validate {source}: rule counts in Spark (cross-checked with GX)"):
+            counts[source] = rule_counts(df, rules[source])
+            counts[source]["malformed"] = df.filter(F.col(CORRUPT).isNotNull()).count()
     results["topology"] = _run_suite(context, src, "topology", *_topology_suite(spark, topo), actions)
     _cross_check(results, counts)
     for df in frames.values():

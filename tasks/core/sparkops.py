@@ -1,0 +1,142 @@
+"""Spark that people can operate: a session per stage (named after it, stopped when the stage ends), a job group
+and a description on every job, and the RAPIDS Accelerator's own report of what ran on the GPU and what fell
+back to the CPU (and why), kept in the stage's manifest.
+
+The plugin explains each plan it sees (``spark.rapids.sql.explain=ALL``) through its ``GpuOverrides`` logger on
+the driver. For the length of a stage a log4j2 file appender is attached to that logger (through py4j: the JVM is
+already running, so a configuration file could not be given to it any more), and the lines are parsed into the
+manifest. In ``explainOnly`` mode the plugin runs every query on the CPU and still reports what would run on the
+GPU: the report a CPU host can produce (and the tests check), the same parser for both modes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+PLUGIN = "com.nvidia.spark.SQLPlugin"
+EXPLAIN_LOGGER = "com.nvidia.spark.rapids.GpuOverrides"
+_LINE = re.compile(
+    r"^\s*[*!@#]Exec <(?P<exec>\w+)> "
+    r"(?:(?P<yes>will run on GPU|could run on GPU)|cannot run on GPU because (?P<why>.*))$"
+)
+# wrappers AQE and the plugin put around a plan; they say nothing about where the work ran
+_WRAPPERS = {"AdaptiveSparkPlanExec", "TableCacheQueryStageExec", "ShuffleQueryStageExec", "BroadcastQueryStageExec"}
+
+
+@contextmanager
+def stage_spark(conf: dict[str, str], stage: str) -> Iterator[Any]:
+    """A SparkSession for one stage, named ``faultline-<stage>`` (its own application in the History Server) and
+    stopped when the stage ends. A session already active in this process (a test's, a benchmark's) is reused
+    and left running: it belongs to whoever started it."""
+    from pyspark.sql import SparkSession
+
+    from tasks.core.runtime import spark_session
+
+    owned = SparkSession.getActiveSession() is None
+    spark = spark_session({**conf, "spark.app.name": f"faultline-{stage}"})
+    try:
+        yield spark
+    finally:
+        if owned:
+            spark.stop()
+
+
+@contextmanager
+def job_group(spark, group: str, description: str) -> Iterator[None]:
+    """Every Spark job started inside carries this group and description (the History Server's Jobs page lists
+    them instead of ``$anonfun$...`` call sites)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, description)
+    try:
+        yield
+    finally:
+        sc._jsc.clearJobGroup()
+
+
+def plugin_active(conf: dict[str, str]) -> bool:
+    return PLUGIN in conf.get("spark.plugins", "")
+
+
+def parse_explain(text: str) -> dict[str, Any]:
+    """The plugin's explain lines summed up: operators (``Exec``) placed on the GPU and those left on the CPU with
+    the plugin's reason. Counts are mentions: AQE re-plans a query stage by stage, so one operator may be named
+    more than once."""
+    on_gpu: Counter[str] = Counter()
+    fallback: Counter[tuple[str, str]] = Counter()
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m or m["exec"] in _WRAPPERS:
+            continue
+        if m["yes"]:
+            on_gpu[m["exec"]] += 1
+        else:
+            fallback[(m["exec"], m["why"].strip())] += 1
+    n_gpu, n_cpu = sum(on_gpu.values()), sum(fallback.values())
+    return {
+        "exec_on_gpu": n_gpu,
+        "exec_on_cpu": n_cpu,
+        "gpu_share": round(n_gpu / (n_gpu + n_cpu), 4) if n_gpu + n_cpu else None,
+        "on_gpu": dict(on_gpu.most_common()),
+        "fallbacks": [{"exec": e, "reason": why, "mentions": n} for (e, why), n in fallback.most_common()],
+    }
+
+
+class RapidsReport:
+    """What the plugin said about this stage's plans (None when the plugin is not configured)."""
+
+    def __init__(self, spark, path: Path) -> None:
+        self.spark, self.path = spark, path
+        self.conf = {k: v for k, v in spark.sparkContext.getConf().getAll()}
+        self.active = plugin_active(self.conf)
+        self._appender = None
+
+    def __enter__(self) -> RapidsReport:
+        if not self.active:
+            return self
+        jvm = self.spark._jvm
+        log4j = jvm.org.apache.logging.log4j
+        core = log4j.core
+        ctx = log4j.LogManager.getContext(False)
+        config = ctx.getConfiguration()
+        layout = core.layout.PatternLayout.newBuilder().withPattern("%m%n").build()
+        builder = core.appender.FileAppender.newBuilder()
+        builder.setName(f"faultline-rapids-{id(self)}")
+        builder.withFileName(str(self.path))
+        builder.setLayout(layout)
+        appender = builder.build()
+        appender.start()
+        config.addAppender(appender)
+        logger = core.config.LoggerConfig(EXPLAIN_LOGGER, log4j.Level.WARN, False)  # to the file only
+        logger.addAppender(appender, None, None)
+        config.addLogger(EXPLAIN_LOGGER, logger)
+        ctx.updateLoggers()
+        self._appender, self._ctx = appender, ctx
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._appender is None:
+            return
+        config = self._ctx.getConfiguration()
+        config.removeLogger(EXPLAIN_LOGGER)
+        config.getRootLogger().removeAppender(self._appender.getName())
+        self._ctx.updateLoggers()
+        self._appender.stop()
+        self._appender = None
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.active:
+            return None
+        text = self.path.read_text() if self.path.is_file() else ""
+        return {
+            "mode": self.conf.get("spark.rapids.sql.mode", "executeOnGPU"),
+            "plugin": self.conf.get("spark.plugins"),
+            "concurrent_gpu_tasks": self.conf.get("spark.rapids.sql.concurrentGpuTasks"),
+            "shuffle_mode": self.conf.get("spark.rapids.shuffle.mode"),
+            "explain_log": self.path.name,
+            **parse_explain(text),
+        }

@@ -1,0 +1,118 @@
+"""Spark people can operate (issue 15): each Spark stage is its own application, named after it and stopped when
+it ends; every job carries a group and a description; with the RAPIDS Accelerator configured, the stage's manifest
+says which operators the plugin places on the GPU and which it leaves on the CPU, with its reasons.
+
+The plugin runs here in ``explainOnly`` mode (the queries on the CPU, the plugin's placement reported): the real
+jar, the same log parsing as on a GPU host, where ``executeOnGPU`` runs them (bench/results/h200)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tasks.core.sparkops import parse_explain
+
+pytestmark = [pytest.mark.spark]
+
+EXPLAIN = """
+  !Exec <ProjectExec> cannot run on GPU because GPU plans may get incorrect file name from a CPU scan
+    @Expression <AttributeReference> timestamp#0 could run on GPU
+    !Exec <FileSourceScanExec> cannot run on GPU because GpuCSVScan always enforces schemas
+*Exec <ShuffleExchangeExec> will run on GPU
+  *Partitioning <HashPartitioning> will run on GPU
+  *Exec <HashAggregateExec> will run on GPU
+*Exec <HashAggregateExec> could run on GPU
+!Exec <AdaptiveSparkPlanExec> cannot run on GPU because it is a wrapper
+"""
+
+
+def test_parse_explain_counts_placements_and_keeps_each_reason():
+    got = parse_explain(EXPLAIN)
+    assert got["on_gpu"] == {"HashAggregateExec": 2, "ShuffleExchangeExec": 1}
+    assert got["exec_on_gpu"] == 3 and got["exec_on_cpu"] == 2 and got["gpu_share"] == 0.6
+    assert got["fallbacks"] == [
+        {"exec": "ProjectExec", "reason": "GPU plans may get incorrect file name from a CPU scan", "mentions": 1},
+        {"exec": "FileSourceScanExec", "reason": "GpuCSVScan always enforces schemas", "mentions": 1},
+    ]
+    assert parse_explain("")["gpu_share"] is None
+
+
+@pytest.fixture(scope="module")
+def rapids_jar() -> Path:
+    from deployments.setup.wheelhouse import CACHE, rapids_jar
+
+    return rapids_jar(CACHE / "jars")  # Maven Central, SHA-1 checked; once per machine (the bundle carries it)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from tasks.core.config import load_config
+    from tasks.core.runtime import resolve_runtime
+    from tasks.core.stages.ingest import run_ingest
+    from tasks.core.stages.raw import discover
+    from tasks.runner import spark_stage
+
+    raw, root, jar = map(Path, sys.argv[1:4])
+    sets = ["ingest.master=local[2]", "ingest.shuffle_partitions=2", f"ingest.rapids_jar={jar}",
+            "ingest.rapids_mode=explainOnly"]
+    cfg = load_config("local", sets)
+    rt = resolve_runtime(cfg, root)
+    out = root / "lake"
+    out.mkdir(parents=True)
+    got = spark_stage(rt, "ingest", out, lambda spark: run_ingest(spark, discover(raw), out, cfg.ingest))
+    from pyspark.sql import SparkSession
+    print(json.dumps({**got, "active_after": SparkSession.getActiveSession() is not None}))
+    """
+)
+
+
+def _read_events(path: Path) -> str:
+    """An event log file, zstd-compressed as Spark 4 writes it by default (or plain)."""
+    import pyarrow as pa
+
+    if path.suffix == ".zstd":
+        with pa.input_stream(str(path), compression="zstd") as f:
+            return f.read().decode()
+    return path.read_text()
+
+
+def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_raw, rapids_jar, tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tiny_raw), str(tmp_path), str(rapids_jar)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["active_after"] is False  # the stage stopped its session
+    assert got["rows_in"] == got["rows_out"] + got["rows_quarantined"] and got["rows_quarantined"] > 0
+
+    report = got["rapids"]
+    assert report["mode"] == "explainOnly" and report["plugin"] == "com.nvidia.spark.SQLPlugin"
+    assert (tmp_path / "lake" / report["explain_log"]).stat().st_size > 0  # the plugin's own lines, kept
+    assert report["exec_on_gpu"] > 0 and report["exec_on_cpu"] > 0  # the plan is reported operator by operator
+    assert all(f["exec"] and f["reason"] for f in report["fallbacks"])
+    # the raw CSV scan is the plugin's first objection: the raw exports' reader (malformed lines kept, timestamps
+    # with an offset) is one it cannot place on the GPU; the report says so rather than leaving it to be guessed
+    assert "FileSourceScanExec" in {f["exec"] for f in report["fallbacks"]}
+
+    (app,) = (tmp_path / "spark-events").iterdir()  # Spark 4's rolling event log: a directory per application
+    assert not list(app.glob("appstatus_*.inprogress"))  # the application ended
+    events = [json.loads(line) for f in sorted(app.glob("events_*")) for line in _read_events(f).splitlines()]
+    start = next(e for e in events if e["Event"] == "SparkListenerApplicationStart")
+    assert start["App Name"] == "faultline-ingest"
+    assert any(e["Event"] == "SparkListenerApplicationEnd" for e in events)  # stopped, not left running
+    jobs = [e for e in events if e["Event"] == "SparkListenerJobStart"]
+    assert jobs
+    for job in jobs:
+        props = job["Properties"]
+        assert props.get("spark.jobGroup.id", "").startswith("ingest:"), props
+        assert props.get("spark.job.description", "").startswith("ingest "), props
