@@ -82,19 +82,7 @@ class Stack:
         return env
 
     def _prefect(self, *args: str, timeout: int = 300) -> str:
-        p = subprocess.run(
-            [sys.executable, "-m", "prefect", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if p.returncode != 0:
-            raise RuntimeError(
-                f"prefect {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-            )
-        return p.stdout
+        return self._python("-m", "prefect", *args, timeout=timeout)
 
     def _spawn(self, name: str, *args: str, module: str = "prefect") -> subprocess.Popen:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +152,9 @@ class Stack:
             [sys.executable, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout
         )
         if p.returncode != 0:
-            raise RuntimeError(f"python {' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+            raise RuntimeError(
+                f"python {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            )
         return p.stdout
 
     def prefect(self, *args: str, timeout: int = 300) -> str:

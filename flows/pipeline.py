@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,8 +28,27 @@ Stage = Literal["validate", "ingest", "features", "train", "evaluate"]
 Profile = Literal["local", "gpu", "dgx"]
 
 
+def node_metrics_spec(cfg: FaultlineConfig, run_id: str) -> dict[str, Any]:
+    """What a training host needs to log its system metrics into the pipeline's MLflow run. The tracking URI as
+    configured (``${env:...}`` placeholders unresolved: this dict is a task parameter), resolved by the stage."""
+    return {
+        "run_id": run_id,
+        "interval_s": cfg.mlflow.system_metrics_interval_s,
+        "flow_host": socket.gethostname(),
+        "tracking_uri": cfg.mlflow.tracking_uri,
+        "root": cfg.paths.root,
+    }
+
+
 def run_stages(
-    cfg: FaultlineConfig, rt: Runtime, root: Path, plan: tuple[str, ...], raw: str | None, lake: str | None, redo
+    cfg: FaultlineConfig,
+    rt: Runtime,
+    root: Path,
+    plan: tuple[str, ...],
+    raw: str | None,
+    lake: str | None,
+    redo,
+    node_metrics: dict[str, Any] | None = None,
 ) -> dict[str, StageResult]:
     stages: dict[str, StageResult] = {}
     if "validate" in plan:
@@ -43,7 +63,7 @@ def run_stages(
         stages["features"] = value(features_task(lake, lake_fp, cfg.features, rt, root, redo("features")))
     if "train" in plan:
         stages["train"] = value(
-            train_task(stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"))
+            train_task(stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"), node_metrics)
         )
     if "evaluate" in plan:
         stages["evaluate"] = value(
@@ -101,7 +121,8 @@ def fault_prediction_pipeline(
             with system_metrics(cfg, run_id) as off:
                 if off:
                     get_run_logger().info("MLflow system metrics off: %s", off)
-                stages = run_stages(cfg, rt, root, plan, raw, lake, lambda s: force or s in (refresh or []))
+                nodes = None if off else node_metrics_spec(cfg, run_id)  # other training hosts' system metrics
+                stages = run_stages(cfg, rt, root, plan, raw, lake, lambda s: force or s in (refresh or []), nodes)
                 summary.update(record_run(cfg, run_id, stages))
             summary["status"] = "completed"
         finally:

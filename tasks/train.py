@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from prefect import task
 
@@ -44,7 +45,13 @@ def _progress(total_epochs: int):
 
 @task(name="train", **TASK_OPTIONS)
 def train_task(
-    features: StageResult, cfg: TrainConfig, test_fraction: float, rt: Runtime, root: Path, force: bool = False
+    features: StageResult,
+    cfg: TrainConfig,
+    test_fraction: float,
+    rt: Runtime,
+    root: Path,
+    force: bool = False,
+    node_metrics: dict[str, Any] | None = None,
 ) -> StageResult:
     inputs, key = {"features": features.fingerprint}, (test_fraction, rt.device)
     fp = stage_fingerprint("train", inputs, cfg, *key)
@@ -68,6 +75,7 @@ def train_task(
             fp,
             tmp,
             _progress(cfg.epochs),
+            node_metrics,
         ),
         key=key,
         force=force,

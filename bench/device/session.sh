@@ -78,7 +78,9 @@ chain() {
           --refresh train --json > $R/util_$i.json 2> $R/util_$i.log
         $FL check --profile gpu --no-probe --json > $R/util_check_$i.txt 2>&1
         echo "repeat $i: $(util_verdict $R/util_check_$i.txt)" >> $R/steps.log
-      done ;;
+        cp $R/util_check_$i.txt $R/util_check_$i.json
+      done
+      .venv/bin/python bench/device/util_summary.py $R >> $R/steps.log 2>&1 ;;
     features) $FL bench features --profile gpu --rows ${ROWS:-15379200} --pandas-budget 60 --results $R \
         --work /tmp/fl/bench --json > $R/features.log 2>&1
       echo "features rc=$?" >> $R/steps.log ;;

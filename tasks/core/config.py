@@ -165,6 +165,25 @@ class TrainConfig(_Section):
     bf16: bool = True
     network_interface: str = Field("lo", description="Horovod's NIC for Gloo; a multi-host run names its NIC")
     bind_address: str = Field("127.0.0.1", description="where horovodrun's rendezvous listens (multi-host: 0.0.0.0)")
+    hosts: tuple[str, ...] = Field(
+        (),
+        description="multi-host Horovod: host:slots each (slots summing to num_proc; reached over ssh as "
+        "horovodrun does); empty: this host, num_proc slots",
+    )
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        for h in v:
+            name, _, slots = h.rpartition(":")
+            if not name or not slots.isdigit() or int(slots) < 1:
+                raise ValueError(f"{h!r}: expected host:slots, e.g. dgx-01:8")
+        total = sum(int(h.rpartition(":")[2]) for h in v)
+        if v and total != info.data.get("num_proc"):
+            raise ValueError(f"the hosts' slots sum to {total}, train.num_proc is {info.data.get('num_proc')}")
+        if v and info.data.get("engine") != "horovod":
+            raise ValueError("train.hosts needs train.engine=horovod (the DDP launcher runs on one host)")
+        return v
 
 
 class EvaluateConfig(_Section):

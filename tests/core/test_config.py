@@ -104,3 +104,14 @@ def test_make_ui_tracking_server_is_the_default_not_an_override(monkeypatch):
     )
     monkeypatch.delenv("FAULTLINE_MLFLOW_URI")
     assert load_config("local").mlflow.tracking_uri is None  # the SQLite store under paths.root
+
+
+def test_training_hosts_are_host_slots_summing_to_num_proc():
+    cfg = load_config("local", ["train.num_proc=16", "train.hosts=[dgx-01:8, dgx-02:8]"])
+    assert cfg.train.hosts == ("dgx-01:8", "dgx-02:8")
+    with pytest.raises(ConfigError, match="slots sum to 12, train.num_proc is 16"):
+        load_config("local", ["train.num_proc=16", "train.hosts=[dgx-01:8, dgx-02:4]"])
+    with pytest.raises(ConfigError, match="expected host:slots"):
+        load_config("local", ["train.num_proc=8", "train.hosts=[dgx-01]"])
+    with pytest.raises(ConfigError, match="needs train.engine=horovod"):
+        load_config("local", ["train.engine=ddp", "train.num_proc=2", "train.hosts=[a:1, b:1]"])

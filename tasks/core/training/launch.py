@@ -40,10 +40,15 @@ def training_spec(
     fingerprint: str,
     threads_per_rank: int = 1,
     profile_steps: int = 5,
+    node_metrics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What every rank reads from ``spec.json``: engine, device, the train section, where data and
-    checkpoints live, the data fingerprint checkpoints must match, and the process that owns the ranks."""
+    checkpoints live, the data fingerprint checkpoints must match, and the process that owns the ranks.
+    ``node_metrics`` (``run_id``, ``interval_s``, ``flow_host``): each other host's local rank 0 runs MLflow's
+    SystemMetricsMonitor on that run under its host name (the tracking URI travels in the environment, never
+    in this file)."""
     return {
+        "node_metrics": node_metrics,
         "engine": engine,
         "device": device,
         "train": {**cfg.model_dump(mode="json"), "engine": engine},
@@ -63,7 +68,7 @@ def launch_command(cfg: TrainConfig, spec_path: Path, network_interface: str = "
     if cfg.engine == "horovod":
         horovodrun = shutil.which("horovodrun", path=str(bin_dir)) or "horovodrun"
         # --network-interface lo: the rendezvous and Gloo stay on loopback unless a multi-host run names one
-        hosts = f"localhost:{cfg.num_proc}"
+        hosts = ",".join(cfg.hosts) if cfg.hosts else f"localhost:{cfg.num_proc}"
         return [
             horovodrun,
             "-np",

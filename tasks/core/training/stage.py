@@ -11,6 +11,7 @@ from typing import Any
 from tasks.core.config import TrainConfig
 from tasks.core.runtime import Runtime
 from tasks.core.topology import Topology
+from tasks.core.tracking import tracking_uri
 from tasks.core.training.checkpoint import load_latest
 from tasks.core.training.gpu_monitor import (
     UtilizationSampler,
@@ -37,6 +38,15 @@ def _kernel_timeline(out: Path) -> dict[str, Any]:
     }
 
 
+def _node_metrics(node_metrics: dict[str, Any] | None, env: dict[str, str]) -> tuple[dict | None, dict[str, str]]:
+    """The ranks' part of ``node_metrics`` (for spec.json) and their environment, with the tracking URI resolved
+    there (it may hold a credential: never written to a file)."""
+    if not node_metrics:
+        return None, dict(env)
+    uri = tracking_uri(node_metrics["tracking_uri"], Path(node_metrics["root"]))
+    return {k: node_metrics[k] for k in ("run_id", "interval_s", "flow_host")}, {**env, "MLFLOW_TRACKING_URI": uri}
+
+
 def train_stage(
     features_dir: Path,
     names: list[str],
@@ -48,20 +58,31 @@ def train_stage(
     fingerprint: str,
     out: Path,
     progress: Callable[[dict], None] | None = None,
+    node_metrics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train in ``out`` (model.pt, history.json, train.log, data.npz, trace.json, GPU samples); resumes from the
-    newest complete checkpoint in ``checkpoints`` whose data fingerprint matches. Returns the manifest body."""
+    newest complete checkpoint in ``checkpoints`` whose data fingerprint matches. Returns the manifest body.
+    ``node_metrics``: the pipeline's MLflow run, for each other host's system metrics (``train.hosts``)."""
     topo = Topology.read(features_dir / "topology.json")
     started = time.perf_counter()
     data = prepare_tensors(features_dir / "features", topo, names, cfg.window, test_fraction, out / "data.npz")
     data["tensor_build_s"] = round(time.perf_counter() - started, 2)  # host side, before any rank starts
+    nodes, env = _node_metrics(node_metrics, rt.launcher_env)
     spec = training_spec(
-        cfg.engine, rt.device, cfg, out / "data.npz", checkpoints, out, fingerprint, rt.threads_per_rank
+        cfg.engine,
+        rt.device,
+        cfg,
+        out / "data.npz",
+        checkpoints,
+        out,
+        fingerprint,
+        rt.threads_per_rank,
+        node_metrics=nodes,
     )
     prior = load_latest(checkpoints, fingerprint, lambda m: None)  # a retried or rerun task resumes from here
     resumed = prior[1]["epoch"] if prior else None
     with UtilizationSampler(out / "gpu_utilization.csv") as sampler:
-        run = launch_training(spec, cfg, out, rt.launcher_env, progress)
+        run = launch_training(spec, cfg, out, env, progress)
     utilization = sampler.summary(training_windows(out))
     timeline = _kernel_timeline(out)
     if utilization["available"]:

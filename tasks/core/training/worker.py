@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sys
 import threading
 import time
@@ -244,11 +245,40 @@ def epoch_row(epoch: int, run: dict, loss_sum: float, started: float, timer: Ste
     }
 
 
+def node_monitor(spec: dict, local_rank: int, host: str | None = None):
+    """MLflow's SystemMetricsMonitor for this node, on the pipeline's run, its metrics under
+    ``system/<host>/``: started by local rank 0 on every host but the flow's own (whose monitor already covers it).
+    Returns the running monitor, or None."""
+    nm = spec.get("node_metrics")
+    host = host or socket.gethostname()
+    if not nm or local_rank != 0 or host == nm["flow_host"]:
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    monitor = SystemMetricsMonitor(
+        nm["run_id"],
+        sampling_interval=nm["interval_s"],
+        node_id=host,
+        tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"),
+    )
+    monitor.start()
+    return monitor
+
+
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     watch_owner(spec.get("owner_pid"))
     run = setup(spec)
     comm, out_dir = run["comm"], Path(spec["out"])
+    monitor = node_monitor(spec, comm.local_rank)
+    try:
+        return _train(spec, run, comm, out_dir)
+    finally:
+        if monitor is not None:
+            monitor.finish()
+
+
+def _train(spec: dict, run: dict, comm, out_dir: Path) -> int:
     state = resume(comm, spec, run["model"], run["optimizer"], run["scheduler"])
     timer = StepTimer(run["data"].x.device)
     profiler = None

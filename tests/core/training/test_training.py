@@ -159,3 +159,40 @@ def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
     while _procs(work) and time.time() < deadline:
         time.sleep(0.1)
     assert _procs(work) == [], f"orphans left: {[(p.pid, p.cmdline()[:4]) for p in _procs(work)]}"
+
+
+def test_multi_host_launch_names_every_host():
+    cfg = load_config("local", ["train.num_proc=16", "train.hosts=[dgx-01:8, dgx-02:8]", "train.network_interface=ib0"])
+    cmd = launch_command(cfg.train, REPO / "spec.json", cfg.train.network_interface)
+    assert cmd[cmd.index("-np") + 1] == "16" and cmd[cmd.index("-H") + 1] == "dgx-01:8,dgx-02:8"
+    assert cmd[cmd.index("--network-interface") + 1] == "ib0"
+
+
+@pytest.mark.parametrize("other_host", [True, False])
+def test_each_other_hosts_rank_0_logs_its_system_metrics_under_its_node_id(data, tmp_path, other_host):
+    """Two Horovod ranks on CPU stand in for a host other than the flow's (``flow_host`` names another machine):
+    local rank 0 runs MLflow's SystemMetricsMonitor into the pipeline's run under ``system/<host>/``; on the
+    flow's own host nothing is added (the flow's monitor covers it)."""
+    import socket
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("nodes")).info.run_id
+    host = socket.gethostname()
+    cfg = load_config("local", [*SETTINGS, "train.epochs=6"])
+    work = tmp_path / "work"
+    work.mkdir()
+    nodes = {"run_id": run_id, "interval_s": 0.5, "flow_host": "the-flow-host" if other_host else host}
+    spec = training_spec("horovod", "cpu", cfg.train, data, work / "ckpt", work, "test-fp", node_metrics=nodes)
+    launch_training(spec, cfg.train, work, {"MLFLOW_TRACKING_URI": uri})
+    assert "tracking" not in json.dumps(spec) and uri not in (work / "spec.json").read_text()  # env only
+    keys = set(client.get_run(run_id).data.metrics)
+    node_keys = {k for k in keys if k.startswith(f"system/{host}/")}
+    if other_host:
+        assert f"system/{host}/cpu_utilization_percentage" in node_keys, keys
+        assert f"system/{host}/system_memory_usage_megabytes" in node_keys
+        assert not any(k.count("/") > 2 for k in keys)  # one node id, not one per rank
+    else:
+        assert not node_keys
