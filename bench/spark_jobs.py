@@ -8,23 +8,14 @@ A job's seconds run from its submission to its end; jobs of one description are 
 from __future__ import annotations
 
 import collections
-import json
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-
-
-def events(app: Path) -> list[dict]:
-    out = []
-    for f in sorted(app.glob("events_*")):
-        text = pa.input_stream(str(f), compression="zstd").read().decode() if f.suffix == ".zstd" else f.read_text()
-        out += [json.loads(line) for line in text.splitlines()]
-    return out
+from tasks.core.sparkops import read_event_log
 
 
 def job_seconds(app: Path) -> tuple[str, dict[str, float]]:
-    ev = events(app)
+    ev = read_event_log(app)
     name = next((e["App Name"] for e in ev if e["Event"] == "SparkListenerApplicationStart"), "?")
     start = {
         e["Job ID"]: (e["Submission Time"], e["Properties"].get("spark.job.description") or "(no description)")

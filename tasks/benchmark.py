@@ -72,7 +72,7 @@ def ingest_bench_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
     from tasks.core.benchmarks.ingest import bench_ingest
 
     return _publish(
-        cfg, "ingest", bench_ingest(Path(cfg.bench.work) / "ingest", cfg.bench.sized.size_gb, cfg.ingest, rt)
+        cfg, "ingest", bench_ingest(Path(cfg.bench.work) / "ingest", cfg.bench.sized.size_gb, cfg.ingest, rt, cfg.bench)
     )
 
 

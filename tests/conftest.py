@@ -35,6 +35,14 @@ def spark(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def rapids_jar() -> Path:
+    """The RAPIDS Accelerator jar: Maven Central, SHA-1 checked; once per machine (the bundle carries it)."""
+    from deployments.setup.wheelhouse import CACHE, rapids_jar
+
+    return rapids_jar(CACHE / "jars")
+
+
+@pytest.fixture(scope="session")
 def tiny_raw(tmp_path_factory) -> Path:
     """Three days of Abilene (11 elements) with 2 % dirt."""
     from tasks.core.stages.simulate import simulate

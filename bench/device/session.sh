@@ -3,6 +3,8 @@
 #   start     everything below in the background (setsid: it outlives the call); returns at once
 #   wait [S]  up to S seconds for it (default 540); prints the steps so far; copies the results into $OUT (every
 #             20 s too); keep S at least 90 s under the device time left: a call's start and copy count too
+#   Make the calls back to back, nothing between them: the machine goes back after 30 s idle, and with it the chain
+#   and everything under /tmp/fl (session 21 lost a lease's ingest step that way; a later call finds a bare one)
 # The background chain (logs and results under /tmp/fl/out; the store under /tmp/fl/root): setup, then the steps
 # named in STEPS (default below), in that order, so that a lease that ends early loses the last ones:
 #   setup     make setup BUNDLE=/tmp/fl/bundle (offline, timed); meanwhile, once the wheels are in, the gpu
@@ -13,6 +15,8 @@
 #   rapids    validate and ingest again on the same exports with Spark's RAPIDS Accelerator (the jar make setup
 #             installed; concurrentGpuTasks in RAPIDS_TASKS, default 2), each in its own store, then
 #             bench/device/same_lake.py: lake, quarantine and GX results vs the lake step's CPU run, stage times
+#   ingest    faultline bench ingest --profile gpu with the plugin: CPU Spark on all cores, the concurrentGpuTasks
+#             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth)
 #   check     faultline check on the newest GPU run (run's or e2e's)
 #   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
@@ -28,8 +32,9 @@ step() { echo "== $(date +%T) $*" | tee -a $R/steps.log; }
 
 presimulate() {  # as soon as the venv can import the simulator: the same content-addressed raw stage as the run's
   for _ in $(seq 300); do grep -q "Horovod (\|ready in" $R/install.log 2>/dev/null && break; sleep 2; done
+  PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 &
   PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=14, profile='gpu'))" > $R/simulate.log 2>&1
-  echo "simulate rc=$?" >> $R/steps.log
+  echo "simulate rc=$?" >> $R/steps.log; wait; echo "simulate bench rc=$?" >> $R/steps.log
 }
 
 # a value from a JSON file, or from the last line of a --json command's output
@@ -68,6 +73,19 @@ chain() {
       $FL run --profile gpu --topology backbone/world --days 14 --from features --lake "$LAKE" --json > $R/eval.json 2> $R/eval.log
       echo "eval rc=$?" >> $R/steps.log; RUN=$(run_summary $R/eval.json "['mlflow_run_id']")
       cp /tmp/fl/root/store/evaluate/*/_manifest.json $R/eval_manifest.json 2>/dev/null ;;
+    ingest) tasks=$(echo ${GPU_TASKS:-1 2 4} | tr ' ' ,)
+      $FL bench ingest --profile gpu --set ingest.rapids_jar=installed --set "bench.gpu_tasks=[$tasks]" \
+        --set bench.repeat_under_s=${REPEAT_UNDER_S:-60} --results $R \
+        --work /tmp/fl/bench --json > $R/ingest.log 2>&1
+      echo "ingest rc=$?" >> $R/steps.log
+      python3 - $R/ingest.json >> $R/steps.log 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k, v in d["spark_variants"].items():
+    print(f"  {k}: {v['seconds']} s, {v['runs']} runs {v['min_max_s']}, GPU util {v['gpu_util_mean']}")
+print("  pyarrow", d["pyarrow_seconds"], "s; rapids vs CPU Spark", d.get("rapids_vs_cpu_spark"), "same rows", d["same_rows_every_run"])
+PY
+      ;;
     e2e) $FL bench e2e --profile gpu --results $R --work /tmp/fl/bench --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']") ;;
     check) $FL check --profile gpu --set paths.bench_results=$PWD/bench/results --run "$RUN" --json > $R/check.txt 2>&1
@@ -91,7 +109,7 @@ chain() {
 
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
-  for f in steps.log install_time.txt e2e.json checklist.md features.json run.json same_lake_2.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  for f in steps.log install_time.txt ingest.json checklist.md features.json eval_manifest.json same_lake_2.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -162,9 +163,9 @@ def horovod_sdist(dest: Path) -> Path:
         net = src / "horovod" / "runner" / "util" / "network.py"
         bind = "addr = (os.environ.get('HOROVOD_BIND_ADDRESS', '127.0.0.1'), port)"
         net.write_text("import os\n" + net.read_text().replace("addr = ('', port)", bind))
-        with tarfile.open(out.with_suffix(".partial"), "w:gz") as t:
+        with tarfile.open(out.with_suffix(f".{os.getpid()}.partial"), "w:gz") as t:
             t.add(src, arcname=src.name)
-        out.with_suffix(".partial").rename(out)
+        out.with_suffix(f".{os.getpid()}.partial").rename(out)
     return out
 
 
@@ -186,9 +187,9 @@ def java_runtime(dest: Path) -> Path:
             + ["--compress=2", "--output", f"{tmp}/jre"],
             check=True,
         )
-        with tarfile.open(out.with_suffix(".partial"), "w:gz") as t:
+        with tarfile.open(out.with_suffix(f".{os.getpid()}.partial"), "w:gz") as t:
             t.add(f"{tmp}/jre", arcname="jre")
-        out.with_suffix(".partial").rename(out)
+        out.with_suffix(f".{os.getpid()}.partial").rename(out)
     return out
 
 
@@ -220,7 +221,7 @@ def rapids_jar(dest: Path) -> Path:
     url = f"https://repo1.maven.org/maven2/{path}/{version}/{name}"
     say(f"downloading {url} (once)")
     want = urllib.request.urlopen(url + ".sha1", timeout=60).read().decode().split()[0]
-    tmp = out.with_suffix(".partial")
+    tmp = out.with_suffix(f".{os.getpid()}.partial")
     with urllib.request.urlopen(url, timeout=600) as r, open(tmp, "wb") as f:
         shutil.copyfileobj(r, f, 1 << 20)
     got = hashlib.sha1(tmp.read_bytes()).hexdigest()
@@ -247,7 +248,7 @@ def docs_assets(dest: Path) -> list[Path]:
             got = base64.b64encode(hashlib.new(algo, data).digest()).decode()
             if got != want:
                 raise SystemExit(f"{url}: {algo} {got} does not match the pinned integrity {want} ({pkg})")
-            tmp = path.with_suffix(".partial")
+            tmp = path.with_suffix(f".{os.getpid()}.partial")
             tmp.write_bytes(data)
             tmp.rename(path)
         out.append(path)

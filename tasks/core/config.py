@@ -118,8 +118,10 @@ class IngestConfig(_Section):
         description="explainOnly: every query on the CPU, the plugin only reports what would run on the GPU "
         "(works on a host without one)",
     )
-    rapids_shuffle_mode: Literal["MULTITHREADED", "UCX", "CACHE_ONLY"] = Field(
-        "MULTITHREADED", description="the RAPIDS shuffle manager's mode; UCX needs UCX's native libraries"
+    rapids_shuffle_mode: Literal["MULTITHREADED", "UCX", "CACHE_ONLY", "SPARK"] = Field(
+        "MULTITHREADED",
+        description="the RAPIDS shuffle manager's mode; UCX needs UCX's native libraries; SPARK: Spark's own "
+        "sort shuffle (spark.rapids.shuffle.enabled=false), for comparison",
     )
     concurrent_gpu_tasks: int = Field(2, ge=1)
     extra_conf: dict[str, str] = Field(default_factory=dict)
@@ -216,6 +218,13 @@ class BenchConfig(_Section):
     max_workers: int | None = Field(None, ge=1, description="scaling: up to N workers (None: the profile's)")
     pandas_budget_s: float = Field(150.0, gt=0, description="features: seconds of pandas before extrapolating")
     work: str = Field(".faultline/bench", description="scratch directory (generated inputs are reused)")
+    raw: str | None = Field(None, description="ingest: these clean raw exports instead of simulated ones")
+    gpu_tasks: list[int] = Field(
+        [1, 2, 4], min_length=1, description="ingest with the RAPIDS Accelerator: the concurrentGpuTasks sweep"
+    )
+    repeat_under_s: float = Field(
+        60.0, ge=0, description="ingest: a Spark run shorter than this is repeated, to the median of three"
+    )
 
     @property
     def sized(self) -> BenchSize:

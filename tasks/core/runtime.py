@@ -198,12 +198,15 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         # every plan's placement, operator by operator, logged by the plugin and kept in the stage's manifest
         "spark.rapids.sql.explain": "ALL",
         "spark.rapids.sql.concurrentGpuTasks": str(cfg.concurrent_gpu_tasks),
-        "spark.shuffle.manager": f"com.nvidia.spark.rapids.spark{version}.RapidsShuffleManager",
-        "spark.rapids.shuffle.mode": cfg.rapids_shuffle_mode,
         # cached (persisted) input kept as Parquet batches the GPU scans; Spark's default keeps rows the plugin
         # cannot scan ("ParquetCachedBatchSerializer is not being used"). It also runs on the CPU (explainOnly)
         "spark.sql.cache.serializer": "com.nvidia.spark.ParquetCachedBatchSerializer",
     }
+    if cfg.rapids_shuffle_mode == "SPARK":  # on Spark 4 the plugin installs its shuffle manager unless told not to
+        conf["spark.rapids.shuffle.enabled"] = "false"
+    else:
+        conf["spark.shuffle.manager"] = f"com.nvidia.spark.rapids.spark{version}.RapidsShuffleManager"
+        conf["spark.rapids.shuffle.mode"] = cfg.rapids_shuffle_mode
     if cfg.rapids_mode == "executeOnGPU":  # explainOnly runs on the CPU: no GPU to ask for, no pinned memory
         conf["spark.rapids.memory.pinnedPool.size"] = "2g"
         if not cfg.master.startswith("local"):  # a cluster schedules GPUs; local mode has one process and GPU 0

@@ -58,6 +58,24 @@ def job_group(spark, group: str, description: str) -> Iterator[None]:
         sc._jsc.clearJobGroup()
 
 
+def read_event_log(app: Path) -> list[dict[str, Any]]:
+    """One application's events from Spark 4's rolling event log (a directory of ``events_*`` files, zstd-compressed
+    by default, or plain)."""
+    import json
+
+    import pyarrow as pa
+
+    out: list[dict[str, Any]] = []
+    for f in sorted(Path(app).glob("events_*")):
+        if f.suffix == ".zstd":
+            with pa.input_stream(str(f), compression="zstd") as stream:
+                text = stream.read().decode()
+        else:
+            text = f.read_text()
+        out += [json.loads(line) for line in text.splitlines() if line.strip()]
+    return out
+
+
 def plugin_active(conf: dict[str, str]) -> bool:
     return PLUGIN in conf.get("spark.plugins", "")
 

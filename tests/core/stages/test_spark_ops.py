@@ -11,11 +11,10 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from tasks.core.sparkops import parse_explain
+from tasks.core.sparkops import parse_explain, read_event_log
 
 pytestmark = [pytest.mark.spark]
 
@@ -42,13 +41,6 @@ def test_parse_explain_counts_placements_and_keeps_each_reason():
     assert parse_explain("")["gpu_share"] is None
 
 
-@pytest.fixture(scope="module")
-def rapids_jar() -> Path:
-    from deployments.setup.wheelhouse import CACHE, rapids_jar
-
-    return rapids_jar(CACHE / "jars")  # Maven Central, SHA-1 checked; once per machine (the bundle carries it)
-
-
 SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -71,16 +63,6 @@ SCRIPT = textwrap.dedent(
     print(json.dumps({**got, "active_after": SparkSession.getActiveSession() is not None}))
     """
 )
-
-
-def _read_events(path: Path) -> str:
-    """An event log file, zstd-compressed as Spark 4 writes it by default (or plain)."""
-    import pyarrow as pa
-
-    if path.suffix == ".zstd":
-        with pa.input_stream(str(path), compression="zstd") as f:
-            return f.read().decode()
-    return path.read_text()
 
 
 def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_raw, rapids_jar, tmp_path):
@@ -106,7 +88,7 @@ def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_ra
 
     (app,) = (tmp_path / "spark-events").iterdir()  # Spark 4's rolling event log: a directory per application
     assert not list(app.glob("appstatus_*.inprogress"))  # the application ended
-    events = [json.loads(line) for f in sorted(app.glob("events_*")) for line in _read_events(f).splitlines()]
+    events = read_event_log(app)
     start = next(e for e in events if e["Event"] == "SparkListenerApplicationStart")
     assert start["App Name"] == "faultline-ingest"
     assert any(e["Event"] == "SparkListenerApplicationEnd" for e in events)  # stopped, not left running

@@ -1,0 +1,66 @@
+"""The ingest benchmark's variants (issue 15): CPU Spark, the RAPIDS Accelerator's concurrentGpuTasks sweep and
+Spark's own shuffle, each in its own process and application over the same files, in one invocation; repeats to
+the median of three only where a run is cheap. The plugin runs in ``explainOnly`` mode here (no GPU): the same
+processes, configurations and report as on the H200, where it executes on the GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tasks.core.benchmarks.ingest import _median_of, bench_ingest, variants
+from tasks.core.config import load_config
+
+
+def test_variants_follow_the_plugin_setting():
+    cfg = load_config("local").ingest
+    assert [n for n, _ in variants(cfg, [1, 2, 4])] == ["cpu-spark"]
+    gpu = cfg.model_copy(update={"rapids_jar": "installed", "concurrent_gpu_tasks": 2})
+    got = dict(variants(gpu, [1, 4]))
+    assert list(got) == ["cpu-spark", "rapids-tasks1", "rapids-tasks4", "rapids-tasks2-spark-shuffle"]
+    assert got["cpu-spark"] == {"rapids_jar": None} and got["rapids-tasks4"] == {"concurrent_gpu_tasks": 4}
+
+
+def test_a_cheap_run_is_repeated_to_the_median_of_three_and_a_dear_one_is_not():
+    times = iter([5.0, 9.0, 7.0])
+    got = _median_of(lambda: {"seconds": next(times), "spark_start_s": 1.0, "tag": "x"}, 60)
+    assert got["runs"] == 3 and got["seconds"] == 7.0 and got["min_max_s"] == [5.0, 9.0]
+    got = _median_of(lambda: {"seconds": 75.0, "spark_start_s": 1.0}, 60)
+    assert got["runs"] == 1 and got["min_max_s"] == [75.0, 75.0]
+
+
+@pytest.mark.spark
+def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar, tmp_path):
+    from tasks.core.runtime import resolve_runtime
+    from tasks.core.sparkops import read_event_log
+    from tasks.core.stages.simulate import simulate
+
+    raw = tmp_path / "raw"
+    simulate("topozoo/Abilene", 1, 7, raw, dirt=0.0)  # clean: the pyarrow baseline parses every row
+    sets = ["ingest.master=local[2]", "ingest.shuffle_partitions=2", f"ingest.rapids_jar={rapids_jar}"]
+    sets += ["ingest.rapids_mode=explainOnly", f"bench.raw={raw}", "bench.gpu_tasks=[2]", "bench.repeat_under_s=0"]
+    cfg = load_config("local", sets)
+    work = tmp_path / "work"
+    got = bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench)
+
+    assert list(got["spark_variants"]) == ["cpu-spark", "rapids-tasks2", "rapids-tasks2-spark-shuffle"]
+    assert got["same_rows_every_run"] and got["rows_in"] == got["rows_out"] + got["rows_quarantined"] > 0
+    assert 0 < got["pyarrow_rows"] < got["rows_in"] and got["rapids_mode"] == "explainOnly"  # pyarrow: KPI only
+    for run in got["spark_variants"].values():
+        assert run["runs"] == 1 and run["seconds"] > 0 and run["gpu_util_mean"] is None  # no GPU here
+    assert got["rapids_best"] in got["spark_variants"] and got["rapids_vs_cpu_spark"] > 0
+    assert json.loads(json.dumps(got))["spark_variants"] == got["spark_variants"]  # plain JSON
+
+    names = {}
+    for app in (work / "spark-events").iterdir():  # one application per run, named after its variant
+        events = read_event_log(app)
+        start = next(e for e in events if e["Event"] == "SparkListenerApplicationStart")
+        conf = next(e for e in events if e["Event"] == "SparkListenerEnvironmentUpdate")["Spark Properties"]
+        names[start["App Name"]] = dict(conf)
+    assert set(names) == {f"faultline-bench-{v}" for v in got["spark_variants"]}
+    assert "spark.plugins" not in names["faultline-bench-cpu-spark"]
+    assert names["faultline-bench-rapids-tasks2"]["spark.shuffle.manager"].endswith("RapidsShuffleManager")
+    # on Spark 4 the plugin puts its shuffle manager in by itself; this switch tells it to use Spark's own shuffle
+    assert names["faultline-bench-rapids-tasks2-spark-shuffle"]["spark.rapids.shuffle.enabled"] == "false"
+    assert "spark.rapids.shuffle.enabled" not in names["faultline-bench-rapids-tasks2"]
