@@ -14,11 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from util_summary import last_json  # bench/device, beside this script
+
 from tasks.core.sparkops import parse_explain
-
-
-def last_json(path: Path) -> dict:
-    return json.loads(path.read_text().strip().splitlines()[-1])
 
 
 def lease(d: Path) -> dict:
@@ -45,6 +43,8 @@ if __name__ == "__main__":
         "what": "validate and ingest, CPU Spark (local[*], 16 cores) vs the RAPIDS Accelerator (executeOnGPU, "
         "concurrentGpuTasks 2, MULTITHREADED shuffle) on the same raw exports (backbone/world, 14 days)",
         "repeats": 1,
+        "note": "single runs: each side is one whole stage (12-64 s), one each per lease, as the lease's device time "
+        "allowed; the ratios are of the two sides within one lease on one host (not medians; no min/max)",
         "extrapolated": False,
         "leases": [lease(Path(p)) for p in sys.argv[2:]],
     }

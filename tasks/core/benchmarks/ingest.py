@@ -74,6 +74,7 @@ def _spark_once(raw: Path, out: Path, cfg: IngestConfig, conf: dict[str, str]) -
     import sys
 
     import tasks
+    from tasks.core.training.launch import _pdeathsig
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -83,8 +84,12 @@ def _spark_once(raw: Path, out: Path, cfg: IngestConfig, conf: dict[str, str]) -
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(Path(tasks.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
     }
-    p = subprocess.run(
-        [sys.executable, "-m", "tasks.core.benchmarks.ingest", str(spec)], capture_output=True, text=True, env=env
+    p = subprocess.run(  # killed with the benchmark, as training's ranks are
+        [sys.executable, "-m", "tasks.core.benchmarks.ingest", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=_pdeathsig(),
     )
     if p.returncode != 0:
         raise RuntimeError(f"ingest benchmark run {out.name} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
