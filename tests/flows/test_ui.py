@@ -42,6 +42,14 @@ def api(stack: Stack, path: str, body: dict | None = None):
             time.sleep(2 * (attempt + 1))
 
 
+def _open(page, url: str, until: str = "load") -> None:
+    """Open a page on a loaded CI host. The Prefect and MLflow UIs are single-page apps that keep polling, so
+    "networkidle" (500 ms without a request) may not come within Playwright's default 30 s: it once failed CI on the
+    MLflow run page. Wait for the document, and give the text and role waits that follow 90 s."""
+    page.set_default_timeout(90_000)
+    page.goto(url, wait_until=until, timeout=120_000)
+
+
 def wait_for(fn, timeout: float, what: str, every: float = 2.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -90,7 +98,7 @@ def test_manual_run_from_the_custom_run_form(stack):
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1600})
-            page.goto(f"{stack.url}/deployments/deployment/{dep['id']}", wait_until="networkidle")
+            _open(page, f"{stack.url}/deployments/deployment/{dep['id']}")
             page.get_by_role("button", name="Run", exact=True).click()
             page.get_by_text("Custom run").click()
             page.wait_for_url("**/run?**")
@@ -118,7 +126,7 @@ def test_manual_run_from_the_custom_run_form(stack):
                 time.sleep(3)
             assert response.value.ok, (response.value.status, response.value.text())
             created = response.value.json()
-            page.wait_for_url(lambda url: "/run?" not in url, timeout=30_000)
+            page.wait_for_url(lambda url: "/run?" not in url, timeout=90_000)
             page.screenshot(path=str(shots_dir(stack) / "1-custom-run-submitted.png"))
         finally:
             browser.close()
@@ -181,12 +189,12 @@ def _browse_links_with_the_network_blocked(stack: Stack, urls: dict[str, str], s
             ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
             ctx.route("**/*", local_only)
             page = ctx.new_page()
-            page.goto(urls[f"MLflow run {summary['mlflow_run_id']}"], wait_until="networkidle")
-            page.get_by_text(summary["mlflow_run_id"]).first.wait_for(timeout=60_000)
+            _open(page, urls[f"MLflow run {summary['mlflow_run_id']}"])
+            page.get_by_text(summary["mlflow_run_id"]).first.wait_for()
             page.screenshot(path=str(shots_dir(stack) / "2-mlflow-run.png"))
             blocked.clear()
-            page.goto(urls["GX Data Docs"], wait_until="networkidle")
-            page.locator("div.bootstrap-table table tbody tr").first.wait_for(timeout=30_000)
+            _open(page, urls["GX Data Docs"], until="networkidle")  # static: every script, style and font requested
+            page.locator("div.bootstrap-table table tbody tr").first.wait_for()
             text = page.inner_text("body")
             built = page.evaluate("!!(window.jQuery && window.jQuery.fn.bootstrapTable)")
             rows = page.locator("div.bootstrap-table table tbody tr").count()
@@ -236,8 +244,8 @@ def _screenshot(stack: Stack, url: str, name: str, text: str) -> None:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url, wait_until="networkidle")
-            page.get_by_text(text).first.wait_for(timeout=30_000)
+            _open(page, url)
+            page.get_by_text(text).first.wait_for()
             page.screenshot(path=str(shots_dir(stack) / name))
         finally:
             browser.close()
@@ -281,9 +289,9 @@ def test_a_rerun_shows_its_stages_as_cached_and_keeps_one_model_version(stack):
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{stack.url}/runs/flow-run/{run['id']}", wait_until="networkidle")
+            _open(page, f"{stack.url}/runs/flow-run/{run['id']}")
             page.get_by_text("Task Runs", exact=True).first.click()
-            page.get_by_text("Cached").first.wait_for(timeout=30_000)  # the UI's own state badge
+            page.get_by_text("Cached").first.wait_for()  # the UI's own state badge
             page.screenshot(path=str(shots_dir(stack) / "5-rerun-cached.png"), full_page=True)
         finally:
             browser.close()

@@ -21,39 +21,47 @@ from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 EST_BYTES_PER_ROW = 24  # compressed Parquet, measured on simulator output; sizes files toward the block size
 
 
-def flag_rows(df, rules: list[Rule]):
-    """Add one boolean column per rule (plus ``malformed``); malformed rows carry only that reason."""
+def violations(rules: list[Rule]) -> dict:
+    """Each quarantine reason as a Spark Column, true where a row has it: ``malformed`` (the line did not parse),
+    then one per rule (a malformed row carries only that reason)."""
     from pyspark.sql import functions as F
 
     malformed = F.col(CORRUPT).isNotNull()
-    cols = [malformed.alias("malformed")]
-    cols += [(~malformed & F.coalesce(r.violation(), F.lit(False))).alias(r.reason) for r in rules]
-    return df.select("*", *cols)
+    return {"malformed": malformed, **{r.reason: ~malformed & F.coalesce(r.violation(), F.lit(False)) for r in rules}}
 
 
-def split_rows(df, rules: list[Rule], key: tuple[str, ...], cluster: str | None = None):
-    """Return (clean winners, quarantine) DataFrames; quarantine has one reason column per rule. ``cluster``: a
-    column the rows are already partitioned by and that the key determines (the day of a KPI key's timestamp):
-    the window groups by it too, which splits no key's copies and needs no shuffle of its own."""
+def rank_rows(df, flags: dict, key: tuple[str, ...], cluster: str | None = None):
+    """Every row with ``_bad`` (it breaks a rule) and ``duplicate`` (a clean row that lost to another clean copy of
+    its key). The reasons themselves are not columns here: they are evaluated where they are needed (the counts,
+    the quarantined rows), so the rows that are kept between the two writes stay narrow. ``cluster``: a column the
+    rows are already partitioned by and that the key determines (the day of a KPI key's timestamp): the window
+    groups by it too, which splits no key's copies and needs no shuffle of its own."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    reasons = ["malformed", *[r.reason for r in rules]]
-    flagged = flag_rows(df, rules)
-    bad = F.greatest(*[F.col(c) for c in reasons]) if len(reasons) > 1 else F.col(reasons[0])
-    flagged = flagged.withColumn("_bad", bad)
+    every = list(flags.values())  # the reasons, from violations()
+    flagged = df.withColumn("_bad", F.greatest(*every) if len(every) > 1 else every[0])
     # Rows that pass every rule sort first, so the winner is chosen among them alone: a dirty re-send of a
     # sample (or a broken line that parsed a key) never outranks, and so never displaces, a clean copy.
     w = Window.partitionBy(*([cluster] if cluster else []), *key).orderBy(
         F.col("_bad").asc(), F.col("_source_file").desc(), F.col("_seq").desc()
     )
-    ranked = flagged.withColumn("_rank", F.row_number().over(w))
-    ranked = ranked.withColumn("duplicate", ~F.col("_bad") & (F.col("_rank") > 1))
-    reasons.append("duplicate")
-    reason_list = F.concat_ws(",", *[F.when(F.col(c), F.lit(c)) for c in reasons])
-    quarantine = ranked.filter(F.col("_bad") | F.col("duplicate")).withColumn("reasons", reason_list)
-    clean = ranked.filter(~F.col("_bad") & ~F.col("duplicate"))
-    return clean, quarantine, reasons
+    rank = F.row_number().over(w)
+    return flagged.withColumn("duplicate", ~F.col("_bad") & (rank > 1))
+
+
+def _clean(ranked):
+    from pyspark.sql import functions as F
+
+    return ranked.filter(~F.col("_bad") & ~F.col("duplicate"))
+
+
+def _quarantined(ranked, flags: dict):
+    """The rows that break a rule or lost to a clean copy, a boolean column per reason and ``reasons`` listing them."""
+    from pyspark.sql import functions as F
+
+    q = ranked.filter(F.col("_bad") | F.col("duplicate")).select("*", *[v.alias(k) for k, v in flags.items()])
+    return q.withColumn("reasons", F.concat_ws(",", *[F.when(F.col(c), F.lit(c)) for c in [*flags, "duplicate"]]))
 
 
 def _write(df, path: Path, cfg: IngestConfig, partition: str = "date", clustered: bool = False) -> None:
@@ -89,6 +97,30 @@ def _parquet_facts(path: Path) -> dict[str, Any]:
     }
 
 
+def _counts(flags: dict) -> list:
+    """What one pass over the ranked rows counts: every row, the quarantined ones, and each reason."""
+    from pyspark.sql import functions as F
+
+    flags = {**flags, "duplicate": F.col("duplicate")}
+    return [
+        F.count(F.lit(1)).alias("rows_in"),
+        F.sum((F.col("_bad") | F.col("duplicate")).cast("long")).alias("rows_quarantined"),
+        *[F.sum(v.cast("long")).alias(k) for k, v in flags.items()],
+    ]
+
+
+def _check_rows(name: str, counts: dict[str, int], lake: dict[str, Any], quarantine: dict[str, Any]) -> tuple[int, int]:
+    """Rows in = lake + quarantine, each as the files on disk say (Parquet footers) against the counts of the pass
+    that read the input."""
+    rows_in, rows_q = counts["rows_in"], counts["rows_quarantined"]
+    if (lake["rows"], quarantine["rows"]) != (rows_in - rows_q, rows_q):
+        raise InvariantBroken(
+            f"ingest lost rows in {name}: in={rows_in}, lake={lake['rows']} (expected {rows_in - rows_q}), "
+            f"quarantine={quarantine['rows']} (expected {rows_q})"
+        )
+    return rows_in, rows_q
+
+
 def ingest_source(
     spark,
     df,
@@ -99,43 +131,45 @@ def ingest_source(
     name: str,
     cfg: IngestConfig,
 ) -> dict[str, Any]:
+    """One source's lake and quarantine. The raw input is read once: that pass parses, flags and ranks the rows,
+    keeps them (persisted) for the two writes, and counts them (rows in, quarantined, per reason) as it goes; no
+    count re-reads anything. (Spark's Observation would fold the counts into the lake's write, but the RAPIDS
+    Accelerator cannot plan CollectMetrics and would run the whole query on the CPU.)"""
     from pyspark.sql import functions as F
 
     group = f"ingest:{name}"
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
-    # day, as they are cached, and the window (grouped by day and key), the lake's write (partitioned by day) and
-    # the quarantine's run inside those partitions. Otherwise (alarms: keyed by alarm_id alone) the window and
-    # each write shuffle on their own.
+    # day, and the window (grouped by day and key), the lake's write (partitioned by day) and the quarantine's
+    # run inside those partitions. Otherwise (alarms: keyed by alarm_id alone) the window and each write shuffle
+    # on their own.
     cluster = "_day" if cfg.dedup_by_day and "timestamp" in key else None
     if cluster:
         df = df.withColumn(cluster, F.to_date("timestamp")).repartition(cluster)
-    df = df.persist()
-    with job_group(spark, group, f"ingest {name}: read the raw exports and count rows in"):
-        rows_in = df.count()
-    clean, quarantine, reasons = split_rows(df, rules, key, cluster)
+    flags = violations(rules)
+    reasons = [*flags, "duplicate"]
+    ranked = rank_rows(df, flags, key, cluster).persist()
+    with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; count rows in"):
+        counts = {k: int(v or 0) for k, v in ranked.agg(*_counts(flags)).first().asDict().items()}
     day = F.col(cluster) if cluster else F.to_date("timestamp")
-    clean = clean.select(*columns, day.alias("date"))
-    with job_group(spark, group, f"ingest {name}: rules, dedup, write the lake"):
+    clean = _clean(ranked).select(*columns, day.alias("date"))
+    with job_group(spark, group, f"ingest {name}: write the lake"):
         _write(clean, out / name, cfg, clustered=cluster is not None)
     q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, "_source_file", *reasons, "reasons"]
-    quarantine = quarantine.select(*q_cols).withColumn(
-        "date", F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown"))
+    quarantine = (
+        _quarantined(ranked, flags)
+        .select(*q_cols)
+        .withColumn("date", F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown")))
     )
-    with job_group(spark, group, f"ingest {name}: rules, dedup, write the quarantine"):
+    with job_group(spark, group, f"ingest {name}: write the quarantine"):
         _write(quarantine, out / "quarantine" / name, cfg, clustered=cluster is not None)
+    ranked.unpersist()
     out_facts = _parquet_facts(out / name)
-    with job_group(spark, group, f"ingest {name}: count the quarantine by reason"):
-        q = spark.read.parquet(str(out / "quarantine" / name))
-        by_reason = q.select(*[F.sum(F.col(c).cast("long")).alias(c) for c in reasons]).first().asDict()
-        rows_q = q.count()
-    df.unpersist()
-    if rows_in != out_facts["rows"] + rows_q:
-        raise InvariantBroken(f"ingest lost rows in {name}: in={rows_in} out={out_facts['rows']} quarantined={rows_q}")
+    rows_in, rows_q = _check_rows(name, counts, out_facts, _parquet_facts(out / "quarantine" / name))
     return {
         "rows_in": rows_in,
         "rows_out": out_facts["rows"],
         "rows_quarantined": rows_q,
-        "quarantine_by_reason": {k: int(v or 0) for k, v in by_reason.items()},
+        "quarantine_by_reason": {k: counts[k] for k in reasons},
         "parquet": out_facts,
         "schema": clean.schema.jsonValue(),
     }

@@ -131,3 +131,27 @@ def test_iso_offsets_are_accepted_and_normalized_to_utc(spark, raw):
     check_files(layout)
     df = read_kpi(spark, layout).where("_source_file like '%2026-01-05%'").limit(1).collect()[0]
     assert df["_corrupt_record"] is None and df["timestamp"].isoformat().startswith("2026-01-05T00:00:00")
+
+
+@pytest.mark.spark
+def test_a_timestamp_without_a_zone_or_a_real_day_makes_its_row_malformed(spark, raw):
+    """Timestamps are read as text and cast only where they are ISO-8601 with a zone: Spark's own lenient parsing
+    would take a zone-less value as UTC and silently shift a local-time export. The row is malformed (kept for the
+    quarantine), its text in ``_corrupt_record``; the other rows are untouched."""
+    from tasks.core.stages.raw import CORRUPT, read_kpi
+
+    p = _kpi(raw)
+    header, first, second, third, *rest = p.read_text().splitlines()
+    bad = {
+        "no zone": first.replace("2026-01-05T00:00:00Z", "2026-01-05T00:00:00"),
+        "no such day": second.replace("2026-01-05T00:00:00Z", "2026-02-30T00:00:00Z"),
+        "space": third.replace("2026-01-05T00:00:00Z", "2026-01-05 00:00:00Z"),
+    }
+    assert len({first, second, third} & set(bad.values())) == 0
+    p.write_text("\n".join([header, *bad.values(), *rest]) + "\n")
+    layout = discover(raw)
+    check_files(layout)
+    rows = read_kpi(spark, layout).where("_source_file like '%2026-01-05%'").orderBy("_seq").limit(4).collect()
+    for row, text in zip(rows, bad.values()):
+        assert row["timestamp"] is None and row[CORRUPT] == f"timestamp not ISO-8601 with a zone: {text.split(',')[0]}"
+    assert rows[3][CORRUPT] is None and rows[3]["timestamp"] is not None
