@@ -22,7 +22,9 @@ def evaluate_task(
         "evaluate",
         {"features": features.fingerprint, "train": trained.fingerprint},
         cfg,
-        lambda tmp: evaluate_stage(features.path, trained.path, names, cfg, seed, tmp),
+        lambda tmp: evaluate_stage(
+            features.path, trained.path, names, cfg, seed, tmp, features["features"]["horizon_minutes"]
+        ),
         key=(seed,),
         force=force,
     )

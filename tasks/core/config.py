@@ -191,6 +191,9 @@ class TrainConfig(_Section):
 class EvaluateConfig(_Section):
     test_fraction: float = Field(0.25, gt=0, lt=1)
     precision_target: float = Field(0.9, gt=0, lt=1)
+    false_alerts_per_element_day: float = Field(
+        1.0, gt=0, description="the alert budget: each model's threshold is chosen on validation to stay within it"
+    )
     register_model: bool = True
     model_name: str = "faultline-fault-gnn"
 

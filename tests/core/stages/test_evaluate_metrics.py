@@ -47,3 +47,57 @@ def test_laps_time_each_part_in_order():
     lap("second")
     assert list(lap.seconds) == ["first", "second"]
     assert lap.seconds["first"] >= 0.02 and 0 <= lap.seconds["second"] < lap.seconds["first"]
+
+
+def test_alert_thresholds_come_from_validation_and_are_applied_to_test():
+    """One element fails once in validation and once in test; a model that rises 3 steps before each onset and a
+    noisy one. The threshold comes from the validation window alone (its last horizon purged), within the budget
+    of false alerts; on test the good model warns 15 minutes ahead, with no false alert."""
+    from tasks.core.config import EvaluateConfig
+    from tasks.core.stages.evaluate import validated_alerts
+
+    steps, n_e, horizon = 80, 2, 4
+    t, e = np.meshgrid(np.arange(steps), np.arange(n_e), indexing="ij")
+    in_fault = np.zeros((steps, n_e), np.int8)
+    in_fault[20:23, 0] = in_fault[60:63, 0] = 1
+    label = np.zeros_like(in_fault)
+    label[16:20, 0] = label[56:60, 0] = 1
+    good = np.full((steps, n_e), 0.1)
+    good[17:20, 0] = good[57:60, 0] = 0.9  # rises 3 steps (15 minutes) ahead of each onset
+    noisy = np.random.default_rng(0).random((steps, n_e))
+    rows = pd.DataFrame({"label": label.ravel(), "in_fault": in_fault.ravel()})
+    cells = (t.ravel(), e.ravel(), n_e)
+    scores = {"model": good.ravel(), "tree": noisy.ravel(), "rule": good.ravel() * 10}
+    windows = {"val": (0, 40), "test": (40, 80)}
+    cfg = EvaluateConfig(false_alerts_per_element_day=1.0)
+    out = validated_alerts(rows, cells, scores, windows, horizon * 5, 5.0, cfg)
+    m = out["model"]
+    assert m["events"] == 1 and m["event_recall"] == 1.0 and m["median_lead_min"] == 15.0
+    assert m["false_alerts_per_element_day"] == 0.0 and 0.1 < m["alert_threshold_val"] <= 0.9
+    assert "calibration_error" in m and "calibration_error" not in out["rule"]  # the rule gives no probability
+    # noise: its top validation score is already a false alert, 4 per element-day over these 0.25 element-days
+    assert np.isnan(out["tree"]["alert_threshold_val"]) and out["tree"]["false_alerts_per_element_day"] == 0.0
+    # with no validation window left after the purge there is no threshold, so no alert at all
+    short = validated_alerts(rows, cells, scores, {"val": (0, 3), "test": (40, 80)}, horizon * 5, 5.0, cfg)
+    assert np.isnan(short["model"]["alert_threshold_val"]) and short["model"]["event_recall"] == 0.0
+
+
+def test_the_tree_stops_early_on_the_validation_window_it_is_given():
+    """Early stopping follows the validation rows passed in (the time-ordered window), not a random tenth of the
+    training rows: where those rows carry no signal, the tree stops after its patience; where they do, it goes on."""
+    from tasks.core.stages.evaluate import fit_tree
+
+    rng = np.random.default_rng(0)
+    n = 6000
+    x = rng.normal(size=(n, 3))
+    y = (x[:, 0] + 0.5 * x[:, 1] * x[:, 2] + rng.normal(0, 0.5, n) > 1).astype(int)
+    val = np.zeros(n, bool)
+    val[4000:] = True
+    df = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": y})
+    informative = fit_tree(df, ["a", "b", "c"], ~val, val, seed=0)
+    df_noise = df.copy()
+    df_noise.loc[val, "label"] = rng.permutation(df.loc[val, "label"].to_numpy())  # labels without signal
+    stopped = fit_tree(df_noise, ["a", "b", "c"], ~val, val, seed=0)
+    assert stopped.n_iter_ <= 25 < informative.n_iter_, (stopped.n_iter_, informative.n_iter_)
+    fixed = fit_tree(df, ["a", "b", "c"], ~val, np.zeros(n, bool), seed=0)  # no validation rows: 200 rounds
+    assert fixed.n_iter_ == 200

@@ -1,0 +1,135 @@
+"""The measures of the quality yardstick (issue 18), on grids of ``[time step, element]`` (pure NumPy).
+
+A fault *event* is an element's onset: the first step of a run of ``in_fault``. A model warns of it when it alerts
+(score >= threshold) on that element within the label horizon before the onset; its lead time is the distance from
+the first such alert to the onset. An alert on a step whose label is 0 is a false alert; consecutive false alerts of
+one element are one *episode*, what a NOC sees as one false page. Thresholds are chosen on validation only, for a
+budget of false-alert episodes per element-day, and then applied to test unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Split:
+    """Step index ranges [start, stop) of train, validation and test, with ``purge`` steps dropped before
+    validation and before test: a label looks ``horizon`` steps ahead, so the last labels of one window would
+    otherwise describe faults in the next."""
+
+    train: tuple[int, int]
+    val: tuple[int, int]
+    test: tuple[int, int]
+    purge: int
+
+
+def purged_split(steps: int, horizon: int, val_frac: float = 0.2, test_frac: float = 0.3) -> Split:
+    """Time-ordered train / validation / test over ``steps``, each boundary followed by a purge of ``horizon``."""
+    if not (0 < val_frac < 1 and 0 < test_frac < 1 and val_frac + test_frac < 1):
+        raise ValueError(f"val_frac {val_frac} and test_frac {test_frac}: each in (0, 1), together under 1")
+    test_start = steps - int(round(steps * test_frac))
+    val_start = test_start - horizon - int(round(steps * val_frac))
+    train_stop = val_start - horizon
+    if train_stop <= 0:
+        raise ValueError(f"{steps} steps leave no training window with a {horizon}-step purge twice")
+    return Split((0, train_stop), (val_start, test_start - horizon), (test_start, steps), horizon)
+
+
+def onsets(in_fault: np.ndarray) -> np.ndarray:
+    """(step, element) of every fault onset in a ``[T, E]`` in-fault grid (a run already going at step 0 is not
+    an onset: its warning window is outside the grid)."""
+    f = np.asarray(in_fault).astype(bool)
+    start = f[1:] & ~f[:-1]
+    t, e = np.nonzero(start)
+    return np.stack([t + 1, e], axis=1)
+
+
+def false_episodes(alert: np.ndarray, label: np.ndarray, usable: np.ndarray) -> int:
+    """Runs of consecutive false alerts (alert, label 0, usable) per element, counted over a ``[T, E]`` grid."""
+    false = np.asarray(alert, bool) & (np.asarray(label) == 0) & np.asarray(usable, bool)
+    starts = false.copy()
+    starts[1:] &= ~false[:-1]
+    return int(starts.sum())
+
+
+def warnings(alert: np.ndarray, in_fault: np.ndarray, horizon: int) -> tuple[int, np.ndarray]:
+    """(fault events, lead time in steps of each warned event) for alerts on a ``[T, E]`` grid."""
+    events = onsets(in_fault)
+    leads = []
+    for t, e in events:
+        window = np.asarray(alert[max(0, t - horizon) : t, e], bool)
+        if window.any():
+            leads.append(len(window) - int(np.argmax(window)))
+    return len(events), np.asarray(leads, dtype=np.int64)
+
+
+def threshold_for_budget(
+    score: np.ndarray, label: np.ndarray, usable: np.ndarray, budget: float, step_minutes: float, candidates: int = 200
+) -> float:
+    """The lowest threshold (among score quantiles) whose false-alert episodes per element-day stay within
+    ``budget`` on this grid, lowering it only while the budget holds; +inf when no threshold does."""
+    element_days = score.shape[0] * score.shape[1] * step_minutes / (24 * 60)
+    values = np.asarray(score)[np.asarray(usable, bool)]
+    best = float("inf")
+    for thr in np.unique(np.quantile(values, np.linspace(1.0, 0.0, candidates)))[::-1]:
+        if false_episodes(score >= thr, label, usable) / element_days > budget:
+            break
+        best = float(thr)
+    return best
+
+
+def alert_quality(
+    score: np.ndarray,
+    label: np.ndarray,
+    in_fault: np.ndarray,
+    usable: np.ndarray,
+    threshold: float,
+    horizon: int,
+    step_minutes: float,
+) -> dict[str, float]:
+    """Event recall, false-alert episodes per element-day and lead times (minutes) at ``threshold``."""
+    alert = np.asarray(score) >= threshold
+    events, leads = warnings(alert, in_fault, horizon)
+    element_days = score.shape[0] * score.shape[1] * step_minutes / (24 * 60)
+    minutes = leads * step_minutes
+    return {
+        "events": events,
+        "events_warned": int(len(leads)),
+        "event_recall": len(leads) / events if events else float("nan"),
+        "false_alerts_per_element_day": false_episodes(alert, label, usable) / element_days,
+        "median_lead_min": float(np.median(minutes)) if len(minutes) else 0.0,
+        "lead_p25_min": float(np.percentile(minutes, 25)) if len(minutes) else 0.0,
+        "lead_p75_min": float(np.percentile(minutes, 75)) if len(minutes) else 0.0,
+    }
+
+
+def calibration_error(y: np.ndarray, p: np.ndarray, bins: int = 15) -> float:
+    """Expected calibration error: the bin-weighted gap between mean probability and observed rate, over
+    ``bins`` equal-width bins of [0, 1]."""
+    y, p = np.asarray(y, float).ravel(), np.clip(np.asarray(p, float).ravel(), 0.0, 1.0)
+    if y.size == 0:
+        return float("nan")
+    idx = np.minimum((p * bins).astype(int), bins - 1)
+    n = np.bincount(idx, minlength=bins)
+    gap = np.abs(np.bincount(idx, p, bins) - np.bincount(idx, y, bins))
+    return float(gap.sum() / y.size) if n.sum() else float("nan")
+
+
+def paired_bootstrap(metric, a, b, elements: int, resamples: int = 1000, seed: int = 0, level: float = 0.95):
+    """The difference ``metric(a, cols) - metric(b, cols)`` on the full set of element columns and its
+    percentile interval over element-cluster resamples (the same resample for both models, so the interval is of
+    the paired difference). ``metric(x, cols)`` scores model ``x`` on those element columns."""
+    rng = np.random.default_rng(seed)
+    everything = np.arange(elements)
+    diff = metric(a, everything) - metric(b, everything)
+    draws = []
+    for _ in range(resamples):
+        cols = rng.integers(0, elements, elements)
+        d = metric(a, cols) - metric(b, cols)
+        if np.isfinite(d):
+            draws.append(d)
+    lo, hi = np.percentile(draws, [(1 - level) / 2 * 100, (1 + level) / 2 * 100]) if draws else (np.nan, np.nan)
+    return {"difference": float(diff), "low": float(lo), "high": float(hi), "resamples": len(draws)}

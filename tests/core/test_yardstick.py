@@ -1,0 +1,114 @@
+"""The quality yardstick's measures on small grids whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tasks.core.metrics import pr_auc
+from tasks.core.yardstick import (
+    alert_quality,
+    calibration_error,
+    false_episodes,
+    onsets,
+    paired_bootstrap,
+    purged_split,
+    threshold_for_budget,
+    warnings,
+)
+
+
+def test_purged_split_leaves_a_horizon_between_windows():
+    s = purged_split(1000, 12, val_frac=0.2, test_frac=0.3)
+    assert s.test == (700, 1000) and s.val == (488, 688) and s.train == (0, 476)
+    assert s.val[0] - s.train[1] == 12 and s.test[0] - s.val[1] == 12  # no label reaches across a boundary
+    with pytest.raises(ValueError, match="no training window"):
+        purged_split(40, 12)
+    with pytest.raises(ValueError, match="together under 1"):
+        purged_split(1000, 12, val_frac=0.6, test_frac=0.5)
+
+
+def _grid():
+    """Two elements, 20 steps, horizon 4: element 0 fails at step 10 (for 3 steps) and 17; element 1 never."""
+    f = np.zeros((20, 2), int)
+    f[10:13, 0] = 1
+    f[17:, 0] = 1
+    label = np.zeros_like(f)
+    label[6:10, 0] = 1  # the 4 steps before each onset
+    label[13:17, 0] = 1
+    usable = f == 0
+    return f, label, usable
+
+
+def test_onsets_and_lead_times():
+    f, label, usable = _grid()
+    assert onsets(f).tolist() == [[10, 0], [17, 0]]
+    alert = np.zeros_like(f, bool)
+    alert[7, 0] = alert[8, 0] = True  # first warning 3 steps before the onset at 10
+    alert[3, 1] = True  # a false alert elsewhere
+    events, leads = warnings(alert, f, horizon=4)
+    assert events == 2 and leads.tolist() == [3]  # the fault at 17 went unwarned
+    assert onsets(np.ones((5, 1))).size == 0  # a fault already on at step 0 has no warning window
+
+
+def test_false_alert_episodes_merge_consecutive_steps():
+    f, label, usable = _grid()
+    alert = np.zeros_like(f, bool)
+    alert[0:3, 1] = True  # one episode of three steps
+    alert[5, 1] = True  # another
+    alert[7:9, 0] = True  # true alerts: not false
+    alert[11, 0] = True  # in the fault itself: not usable, not counted
+    assert false_episodes(alert, label, usable) == 2
+
+
+def test_alert_quality_in_minutes_and_per_element_day():
+    f, label, usable = _grid()
+    score = np.zeros(f.shape)
+    score[7, 0], score[15, 0], score[2, 1] = 0.9, 0.8, 0.7
+    q = alert_quality(score, label, f, usable, threshold=0.75, horizon=4, step_minutes=5)
+    element_days = 20 * 2 * 5 / 1440
+    assert q["events"] == 2 and q["events_warned"] == 2 and q["event_recall"] == 1.0
+    assert q["median_lead_min"] == pytest.approx((15 + 10) / 2)  # 3 and 2 steps of 5 minutes
+    assert q["false_alerts_per_element_day"] == 0.0
+    q = alert_quality(score, label, f, usable, threshold=0.5, horizon=4, step_minutes=5)
+    assert q["false_alerts_per_element_day"] == pytest.approx(1 / element_days)
+
+
+def test_threshold_for_budget_is_the_lowest_that_keeps_the_budget():
+    rng = np.random.default_rng(3)
+    label = (rng.random((500, 10)) < 0.05).astype(int)
+    score = rng.random(label.shape) * 0.5 + label * 0.4  # positives score higher on the whole
+    usable = np.ones(label.shape, bool)
+    element_days = 500 * 10 * 5 / 1440
+    thresholds = []
+    for budget in (0.5, 2.0, 10.0):
+        thr = threshold_for_budget(score, label, usable, budget, step_minutes=5, candidates=1000)
+        rate = false_episodes(score >= thr, label, usable) / element_days
+        assert rate <= budget and rate > budget / 3, (budget, thr, rate)  # within the budget, and near it
+        thresholds.append(thr)
+    assert thresholds[0] > thresholds[1] > thresholds[2]  # a larger budget buys a lower threshold
+    assert threshold_for_budget(score, label, usable, 1e-9, 5) >= score[label == 0].max()
+
+
+def test_calibration_error():
+    rng = np.random.default_rng(0)
+    p = rng.random(200_000)
+    y = rng.random(p.size) < p  # calibrated by construction
+    assert calibration_error(y, p) < 0.01
+    assert calibration_error(y, np.clip(p + 0.2, 0, 1)) == pytest.approx(0.2 - 0.02, abs=0.03)  # over-confident
+    assert calibration_error(np.array([1, 0]), np.array([1.0, 0.0])) == 0.0
+
+
+def test_paired_bootstrap_separates_a_better_model_and_not_an_equal_one():
+    rng = np.random.default_rng(1)
+    y = (rng.random((400, 30)) < 0.1).astype(int)
+    good = y + rng.normal(0, 0.4, y.shape)
+    poor = y + rng.normal(0, 1.5, y.shape)
+
+    def metric(score, cols):
+        return pr_auc(y[:, cols].ravel(), score[:, cols].ravel())
+
+    better = paired_bootstrap(metric, good, poor, elements=30, resamples=200, seed=0)
+    assert better["low"] > 0 and better["difference"] > 0 and better["resamples"] == 200
+    same = paired_bootstrap(metric, good, good, elements=30, resamples=50)
+    assert same["difference"] == same["low"] == same["high"] == 0.0
