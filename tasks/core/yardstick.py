@@ -55,15 +55,33 @@ def false_episodes(alert: np.ndarray, label: np.ndarray, usable: np.ndarray) -> 
     return int(starts.sum())
 
 
-def warnings(alert: np.ndarray, in_fault: np.ndarray, horizon: int) -> tuple[int, np.ndarray]:
-    """(fault events, lead time in steps of each warned event) for alerts on a ``[T, E]`` grid."""
+def event_leads(alert: np.ndarray, in_fault: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per fault event of a ``[T, E]`` grid: its element, and the lead in steps of its first warning (0: none)."""
     events = onsets(in_fault)
-    leads = []
-    for t, e in events:
+    leads = np.zeros(len(events), dtype=np.int64)
+    for i, (t, e) in enumerate(events):
         window = np.asarray(alert[max(0, t - horizon) : t, e], bool)
         if window.any():
-            leads.append(len(window) - int(np.argmax(window)))
-    return len(events), np.asarray(leads, dtype=np.int64)
+            leads[i] = len(window) - int(np.argmax(window))
+    return events[:, 1] if len(events) else np.zeros(0, np.int64), leads
+
+
+def warnings(alert: np.ndarray, in_fault: np.ndarray, horizon: int) -> tuple[int, np.ndarray]:
+    """(fault events, lead time in steps of each warned event) for alerts on a ``[T, E]`` grid."""
+    _, leads = event_leads(alert, in_fault, horizon)
+    return len(leads), leads[leads > 0]
+
+
+def recall_difference(elements: np.ndarray, leads_a: np.ndarray, leads_b: np.ndarray, n_e: int, **bootstrap):
+    """Event recall of A minus B over the same events, with its element-cluster bootstrap interval."""
+    events = np.bincount(elements, minlength=n_e)
+    warned = {k: np.bincount(elements, leads > 0, minlength=n_e) for k, leads in (("a", leads_a), ("b", leads_b))}
+
+    def recall(w, cols):
+        n = events[cols].sum()
+        return w[cols].sum() / n if n else np.nan
+
+    return paired_bootstrap(recall, warned["a"], warned["b"], n_e, **bootstrap)
 
 
 def threshold_for_budget(

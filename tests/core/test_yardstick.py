@@ -112,3 +112,23 @@ def test_paired_bootstrap_separates_a_better_model_and_not_an_equal_one():
     assert better["low"] > 0 and better["difference"] > 0 and better["resamples"] == 200
     same = paired_bootstrap(metric, good, good, elements=30, resamples=50)
     assert same["difference"] == same["low"] == same["high"] == 0.0
+
+
+def test_recall_difference_resamples_elements_with_their_events():
+    from tasks.core.yardstick import event_leads, recall_difference
+
+    f = np.zeros((30, 3), int)
+    f[10:12, 0] = f[20:22, 0] = f[15:17, 1] = 1  # three events: two on element 0, one on element 1
+    alert = np.zeros_like(f, bool)
+    alert[8, 0] = alert[14, 1] = True  # warns the first event on element 0 (2 steps) and the one on element 1
+    elements, leads = event_leads(alert, f, horizon=4)
+    assert elements.tolist() == [0, 1, 0] and leads.tolist() == [2, 1, 0]  # events in time order
+    rng = np.random.default_rng(2)
+    n_e, per = 40, 3
+    elements = np.repeat(np.arange(n_e), per)
+    a = rng.integers(1, 5, elements.size)  # warns every event
+    b = np.where(rng.random(elements.size) < 0.5, a, 0)  # warns about half
+    d = recall_difference(elements, a, b, n_e, resamples=300, seed=0)
+    assert d["difference"] == pytest.approx(1 - (b > 0).mean()) and 0 < d["low"] < d["difference"] < d["high"]
+    same = recall_difference(elements, a, a, n_e, resamples=50)
+    assert same["difference"] == same["low"] == same["high"] == 0.0

@@ -14,7 +14,7 @@ from tasks.core.config import EvaluateConfig
 from tasks.core.metrics import classification_metrics, lead_times
 from tasks.core.topology import Topology
 from tasks.core.training.model import load_model, normalised_adjacency, score_snapshots
-from tasks.core.yardstick import alert_quality, calibration_error, threshold_for_budget
+from tasks.core.yardstick import alert_quality, calibration_error, event_leads, recall_difference, threshold_for_budget
 
 # The threshold rule a NOC would write: weighted precursor alarms in the last hour plus recent packet loss.
 RULE_WEIGHTS = {
@@ -173,7 +173,7 @@ def validated_alerts(rows, cells, scores, windows, horizon_minutes: int, step: f
     (v_lo, v_hi), (t_lo, t_hi) = windows["val"], windows["test"]
     val = _grids(rows, cells, v_lo, v_hi - horizon, scores) if v_hi - horizon > v_lo else None
     test = _grids(rows, cells, t_lo, t_hi, scores)
-    out = {}
+    out, leads = {}, {}
     for name in scores:
         budget = cfg.false_alerts_per_element_day
         thr = (  # no validation window left after the purge: no threshold, no alerts
@@ -181,9 +181,13 @@ def validated_alerts(rows, cells, scores, windows, horizon_minutes: int, step: f
         )
         q = alert_quality(test["scores"][name], test["label"], test["in_fault"], test["usable"], thr, horizon, step)
         out[name] = {"alert_threshold_val": thr if np.isfinite(thr) else float("nan"), **q}
+        leads[name] = event_leads(test["scores"][name] >= thr, test["in_fault"], horizon)
         if name != "rule":  # the rule's score is a weighted count, not a probability
             u = test["usable"]
             out[name]["calibration_error"] = calibration_error(test["label"][u], test["scores"][name][u])
+    if {"model", "tree"} <= set(leads) and len(leads["model"][0]):  # the same events, warned or not by each
+        diff = recall_difference(leads["model"][0], leads["model"][1], leads["tree"][1], cells[2], resamples=1000)
+        out["model"].update({f"event_recall_minus_tree_{k}": diff[k] for k in ("difference", "low", "high")})
     return out
 
 

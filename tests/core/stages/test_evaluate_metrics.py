@@ -75,6 +75,7 @@ def test_alert_thresholds_come_from_validation_and_are_applied_to_test():
     assert m["events"] == 1 and m["event_recall"] == 1.0 and m["median_lead_min"] == 15.0
     assert m["false_alerts_per_element_day"] == 0.0 and 0.1 < m["alert_threshold_val"] <= 0.9
     assert "calibration_error" in m and "calibration_error" not in out["rule"]  # the rule gives no probability
+    assert m["event_recall_minus_tree_difference"] == 1.0  # the same test event: warned by the model, not the tree
     # noise: its top validation score is already a false alert, 4 per element-day over these 0.25 element-days
     assert np.isnan(out["tree"]["alert_threshold_val"]) and out["tree"]["false_alerts_per_element_day"] == 0.0
     # with no validation window left after the purge there is no threshold, so no alert at all
