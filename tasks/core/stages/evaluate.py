@@ -95,7 +95,7 @@ def evaluate(
     results = _test_metrics(rows[test].reset_index(drop=True), {k: s[test] for k, s in scores.items()}, cfg)
     windows = {"val": (int(ts[0]), int(test_t[0])), "test": (int(test_t[0]), len(times))}
     cells = (t_idx[span], e_idx[span], topo.n)
-    for name, alerts in validated_alerts(rows, cells, scores, windows, horizon_minutes, step, cfg).items():
+    for name, alerts in validated_alerts(rows, cells, scores, windows, horizon, step, cfg).items():
         results[name]["metrics"].update(alerts)
     results["tree"]["metrics"]["iterations"] = int(tree.n_iter_)
     lap("metrics")
@@ -164,12 +164,12 @@ def _grids(rows: pd.DataFrame, cells, lo: int, hi: int, scores: dict[str, np.nda
     return out
 
 
-def validated_alerts(rows, cells, scores, windows, horizon_minutes: int, step: float, cfg: EvaluateConfig):
+def validated_alerts(rows, cells, scores, windows, horizon: int, step: float, cfg: EvaluateConfig):
     """Per model: the alert threshold chosen on the validation window (its last horizon purged: those labels
     describe faults in the test window) for ``cfg.false_alerts_per_element_day``, and what that threshold does on
     the test window: event recall, false-alert episodes per element-day, lead times; and the calibration error of
-    the models that give probabilities. Nothing here is tuned on the test window."""
-    horizon = max(1, int(round(horizon_minutes / step)))
+    the models that give probabilities. Nothing here is tuned on the test window. ``horizon``: the label's
+    look-ahead in steps of ``step`` minutes."""
     (v_lo, v_hi), (t_lo, t_hi) = windows["val"], windows["test"]
     val = _grids(rows, cells, v_lo, v_hi - horizon, scores) if v_hi - horizon > v_lo else None
     test = _grids(rows, cells, t_lo, t_hi, scores)

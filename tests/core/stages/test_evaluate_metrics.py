@@ -70,7 +70,7 @@ def test_alert_thresholds_come_from_validation_and_are_applied_to_test():
     scores = {"model": good.ravel(), "tree": noisy.ravel(), "rule": good.ravel() * 10}
     windows = {"val": (0, 40), "test": (40, 80)}
     cfg = EvaluateConfig(false_alerts_per_element_day=1.0)
-    out = validated_alerts(rows, cells, scores, windows, horizon * 5, 5.0, cfg)
+    out = validated_alerts(rows, cells, scores, windows, horizon, 5.0, cfg)
     m = out["model"]
     assert m["events"] == 1 and m["event_recall"] == 1.0 and m["median_lead_min"] == 15.0
     assert m["false_alerts_per_element_day"] == 0.0 and 0.1 < m["alert_threshold_val"] <= 0.9
@@ -79,7 +79,7 @@ def test_alert_thresholds_come_from_validation_and_are_applied_to_test():
     # noise: its top validation score is already a false alert, 4 per element-day over these 0.25 element-days
     assert np.isnan(out["tree"]["alert_threshold_val"]) and out["tree"]["false_alerts_per_element_day"] == 0.0
     # with no validation window left after the purge there is no threshold, so no alert at all
-    short = validated_alerts(rows, cells, scores, {"val": (0, 3), "test": (40, 80)}, horizon * 5, 5.0, cfg)
+    short = validated_alerts(rows, cells, scores, {"val": (0, 3), "test": (40, 80)}, horizon, 5.0, cfg)
     assert np.isnan(short["model"]["alert_threshold_val"]) and short["model"]["event_recall"] == 0.0
 
 
