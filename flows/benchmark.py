@@ -12,6 +12,7 @@ from tasks.benchmark import (
     e2e_task,
     features_bench_task,
     ingest_bench_task,
+    quality_task,
     scaling_task,
     train_bench_task,
 )
@@ -20,13 +21,30 @@ from tasks.core.config import load_config
 from tasks.core.runtime import resolve_runtime
 from tasks.runner import store_root
 
-Suite = Literal["baseline", "scaling", "ingest", "train", "features", "e2e"]
+Suite = Literal["baseline", "scaling", "ingest", "train", "features", "e2e", "quality"]
 TASKS = {
     "baseline": baseline_task,
     "scaling": scaling_task,
     "ingest": ingest_bench_task,
     "train": train_bench_task,
 }
+
+
+def quality_runs(cfg, profile: str, overrides: list[str]) -> list[dict[str, Any]]:
+    """One pipeline run per topology and simulator seed of the yardstick, each a subflow (tracked in MLflow)."""
+    from tasks.core.benchmarks.quality import run_record
+
+    size, runs = cfg.bench.sized, []
+    for topology in size.quality_topologies:
+        for seed in size.quality_seeds:
+            summary = fault_prediction_pipeline(
+                profile=profile,
+                topology=topology,
+                days=size.quality_days,
+                overrides=[*overrides, f"workload.seed={seed}"],
+            )
+            runs.append(run_record(topology, seed, topology in size.quality_held_out, summary))
+    return runs
 
 
 @flow(name="benchmark", log_prints=True)
@@ -40,7 +58,8 @@ def benchmark(
 
     Args:
         suites: which benchmarks: baseline, scaling, ingest, train, features, e2e (two pipeline runs of the
-            profile's workload: as the profile says, and on the CPU path).
+            profile's workload: as the profile says, and on the CPU path), quality (pipeline runs over the
+            yardstick's topologies and seeds: graph model vs tuned tree vs rule vs the oracles).
         profile: the profile (deployments/profiles/*.yaml).
         overrides: config overrides, each section.key=value; the sizes are config too (bench.size=small,
             bench.full.rows=50000000, bench.max_workers=8, ...).
@@ -52,6 +71,8 @@ def benchmark(
     for suite in suites:
         if suite == "features":
             out[suite] = features_bench_task(cfg, rt, list(parts or []))
+        elif suite == "quality":
+            out[suite] = quality_task(cfg, quality_runs(cfg, profile, overrides or []))
         elif suite == "e2e":
             gpu = fault_prediction_pipeline(profile=profile, overrides=overrides, force=True)
             cpu_path = [*(overrides or []), *cpu_overrides(cfg, rt.hardware)]

@@ -58,12 +58,14 @@ def _human_summary(s: dict[str, Any], wall: float) -> str:
         )
     m = s.get("metrics") or {}
     if m:
-        lines += ["", "held-out metrics        model    tree-baseline   threshold-rule"]
-        for k in ("pr_auc", "roc_auc", "f1", "recall_at_p90", "mean_lead_time_min"):
-            lines.append(
-                f"  {k:<20} {m.get(k, float('nan')):>8.4f}   {m.get('baseline_' + k, float('nan')):>8.4f}"
-                f"        {m.get('rule_' + k, float('nan')):>8.4f}"
-            )
+        cols = [("model", ""), ("tree", "baseline_"), ("rule", "rule_")]
+        extra = (("stack", "stack_"), ("oracle", "oracle_"), ("own-oracle", "oracle_own_"))
+        cols += [(n, p) for n, p in extra if p + "pr_auc" in m]
+        lines += ["", "held-out metrics      " + "".join(f"{n:>12}" for n, _ in cols)]
+        keys = ("pr_auc", "roc_auc", "event_recall", "false_alerts_per_element_day", "median_lead_min")
+        for k in (*keys, "calibration_error"):
+            label = k.replace("false_alerts_per_element_day", "false_alerts/el-day")
+            lines.append(f"  {label:<20}" + "".join(f"{m.get(p + k, float('nan')):>12.4f}" for _, p in cols))
     lines += ["", f"MLflow run: {s.get('mlflow_run_id')}  ({s.get('tracking_uri')})"]
     if s.get("registered_model"):
         lines.append(f"registered model: {s['registered_model']}")
@@ -242,7 +244,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name, result in out.items():
         if not args.json:
             print(json.dumps({k: v for k, v in result.items() if k not in ("hardware", "runs")}, indent=1, default=str))
-        print(f"wrote {Path(cfg.paths.bench_results) / (name + '.json')}", file=sys.stderr)
+        print(f"wrote {result.get('json') or Path(cfg.paths.bench_results) / (name + '.json')}", file=sys.stderr)
     if args.json:
         _print_json(out[suites[-1]] if len(suites) == 1 else out)
     return EXIT_OK
@@ -297,7 +299,7 @@ def _check_parser(sub) -> None:
 
 def _bench_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
-    b.add_argument("what", choices=["all", "baseline", "scaling", "ingest", "train", "features", "e2e"])
+    b.add_argument("what", choices=["all", "baseline", "scaling", "ingest", "train", "features", "e2e", "quality"])
     b.add_argument("--size", choices=["small", "full"], default="full", help="small: a quick test of the flow")
     b.add_argument("--max-workers", type=int, help="scaling: up to N workers (default: the profile's)")
     b.add_argument("--topology", help="topohub key (train): default the profile's workload topology")

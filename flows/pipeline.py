@@ -67,7 +67,9 @@ def run_stages(
         )
     if "evaluate" in plan:
         stages["evaluate"] = value(
-            evaluate_task(stages["features"], stages["train"], cfg.evaluate, cfg.train.seed, root, redo("evaluate"))
+            evaluate_task(
+                stages["features"], stages["train"], cfg.evaluate, cfg.train.seed, root, redo("evaluate"), raw
+            )
         )
     return stages
 

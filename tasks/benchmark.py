@@ -107,3 +107,31 @@ def e2e_task(cfg: FaultlineConfig, rt: Runtime, gpu: dict[str, Any], cpu: dict[s
     publish_markdown("bench-e2e", f"## End to end on {report['device']}\n\n{table}\n", "CPU path vs GPU path")
     logger().info("end to end:\n%s", table)
     return report
+
+
+@task(name="bench-quality", **TASK_OPTIONS)
+def quality_task(cfg: FaultlineConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The quality yardstick's report over the pipeline runs (``quality.run_record`` each), with its plot:
+    ``quality.json`` for the original simulator dynamics, ``quality-<dynamics>.json`` for another."""
+    from tasks.core.benchmarks.quality import markdown_table, plot_quality, quality_report
+
+    size = cfg.bench.sized
+    spec = {
+        "topologies": size.quality_topologies,
+        "held_out": size.quality_held_out,
+        "seeds": size.quality_seeds,
+        "days": size.quality_days,
+        "profile": cfg.profile,
+        "dynamics": cfg.workload.dynamics,
+        "false_alerts_per_element_day": cfg.evaluate.false_alerts_per_element_day,
+        "test_fraction": cfg.evaluate.test_fraction,
+    }
+    name = "quality" if cfg.workload.dynamics == "v1" else f"quality-{cfg.workload.dynamics}"  # before / after
+    report = quality_report(runs, spec)
+    Path(cfg.paths.bench_results).mkdir(parents=True, exist_ok=True)
+    png = plot_quality(report, Path(cfg.paths.bench_results) / f"{name}.png")
+    report = _publish(cfg, name, report, (png,))
+    table = markdown_table(report)
+    publish_markdown("bench-quality", f"## Quality yardstick\n\n{table}\n", "graph model vs tree vs oracle")
+    logger().info("quality:\n%s", table)
+    return report

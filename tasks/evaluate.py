@@ -14,16 +14,24 @@ from tasks.runner import TASK_OPTIONS, finish_stage, publish_table
 
 @task(name="evaluate", **TASK_OPTIONS)
 def evaluate_task(
-    features: StageResult, trained: StageResult, cfg: EvaluateConfig, seed: int, root: Path, force: bool = False
+    features: StageResult,
+    trained: StageResult,
+    cfg: EvaluateConfig,
+    seed: int,
+    root: Path,
+    force: bool = False,
+    raw: str | None = None,
 ) -> StageResult:
+    """``raw``: the run's raw exports; where the simulator left its hidden state there, the oracles are fitted."""
     names = features["features"]["names"]
+    hidden = raw if raw and (Path(raw) / "hidden" / "hidden.json").is_file() else None
     result = run_stage(
         root,
         "evaluate",
-        {"features": features.fingerprint, "train": trained.fingerprint},
+        {"features": features.fingerprint, "train": trained.fingerprint, "oracle": "hidden" if hidden else "none"},
         cfg,
         lambda tmp: evaluate_stage(
-            features.path, trained.path, names, cfg, seed, tmp, features["features"]["horizon_minutes"]
+            features.path, trained.path, names, cfg, seed, tmp, features["features"]["horizon_minutes"], hidden
         ),
         key=(seed,),
         force=force,
@@ -43,6 +51,9 @@ def evaluate_task(
             "held-out window": " .. ".join(result["test_window"]),
             "model PR-AUC": f"{metrics['pr_auc']:.4f}",
             "tree PR-AUC": f"{metrics['baseline_pr_auc']:.4f}",
+            "oracle PR-AUC": f"{metrics['oracle_pr_auc']:.4f}"
+            if "oracle_pr_auc" in metrics
+            else "n/a (no hidden state)",
             "seconds by part": ", ".join(f"{k} {v:.1f}" for k, v in result.get("timings_s", {}).items()),
         },
     )

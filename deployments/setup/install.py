@@ -91,6 +91,8 @@ def install_wheels(py: Path, wheels: list[Path]) -> None:
     # --ignore-installed: a package the host's site also has (same version) still lands in the venv, with its
     # .pth hooks (numba-cuda's redirector, seen missing on the H200 when pip took the host's copy as installed)
     flags = ["--no-index", "--no-deps", "--no-compile", "--ignore-installed"]
+    if any(w.name.startswith("xgboost_cu13-") for w in wheels):  # a venv set up for the CPU before: one xgboost
+        subprocess.run([py, "-m", "pip", "uninstall", "-q", "-y", "xgboost-cpu"], capture_output=True)
     _run([py, "-m", "pip", "install", "-q", *flags, *wheels], "pip install")
 
 

@@ -45,9 +45,14 @@ def say(msg: str) -> None:
     print(f"[faultline setup] {msg}", file=sys.stderr, flush=True)
 
 
+# Common-lock packages a GPU target takes in another build from the gpu lock (both install the same module).
+GPU_REPLACES = {"xgboost-cpu": "xgboost-cu13"}
+
+
 def requirements(target: Target) -> list[str]:
     lines = [ln.split("#")[0].strip() for ln in LOCK.read_text().splitlines()]
     if target.gpu:
+        lines = [ln for ln in lines if re.split(r"[=<>\[ ]", ln)[0] not in GPU_REPLACES]
         lines += [ln.split("#")[0].strip() for ln in GPU_LOCK.read_text().splitlines()]
     reqs = [ln for ln in lines if ln]
     return [r for r in reqs if not (target.torch == "host" and re.match(r"torch\b", r))]

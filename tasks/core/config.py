@@ -38,6 +38,11 @@ class WorkloadConfig(_Section):
     topology: str = Field("topozoo/Geant2012", description="topohub key, e.g. topozoo/Abilene")
     days: int = Field(7, ge=1, le=366, description="days of 5-minute telemetry")
     seed: int = Field(7, description="simulator seed")
+    dynamics: Literal["v1", "cascade"] = Field(
+        "v1",
+        description="simulated failure dynamics: v1 (own drift, one-hop neighbours at once) or cascade (shared-risk "
+        "links, rerouted load over hops with a lag, precursors sometimes silent)",
+    )
     dirt: float = Field(0.0, ge=0.0, le=0.5, description="fraction of rows made dirty")
     start: date = Field(date(2026, 1, 5), description="first day (UTC), YYYY-MM-DD")
 
@@ -159,6 +164,13 @@ class TrainConfig(_Section):
     hidden: int = Field(32, ge=4)
     layers: int = Field(2, ge=1)
     window: int = Field(6, ge=1, description="temporal window fed to the encoder (samples)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the encodings the head reads (0: none)")
+    pos_weight: float | None = Field(
+        None,
+        gt=0,
+        description="weight of the fault class in the loss; None: negatives per positive of the training window, "
+        "capped at 50 (ranks well, over-states probabilities); 1: unweighted (calibrated)",
+    )
     seed: int = 0
     checkpoint_every: int = Field(1, ge=1)
     stall_timeout_s: float = Field(900.0, gt=0)
@@ -194,6 +206,12 @@ class EvaluateConfig(_Section):
     false_alerts_per_element_day: float = Field(
         1.0, gt=0, description="the alert budget: each model's threshold is chosen on validation to stay within it"
     )
+    stack: bool = Field(
+        True, description="also score the GBDT + GNN stack: a blend of the two, its weight chosen on validation"
+    )
+    tree_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where the tuned XGBoost baseline and the oracles fit: auto takes the GPU where usable"
+    )
     register_model: bool = True
     model_name: str = "faultline-fault-gnn"
 
@@ -208,12 +226,22 @@ class BenchSize(_Section):
     size_gb: float = Field(gt=0, description="ingest: GB of raw KPI exports")
     train_epochs: int = Field(ge=2, description="scaling: training epochs (the first is warm-up)")
     train_hidden: int | None = Field(None, ge=4, description="scaling: model width (None: the profile's)")
+    quality_topologies: list[str] = Field(
+        ["topozoo/Geant2012", "topozoo/Janetbackbone", "topozoo/Bics", "topozoo/Cesnet201006", "topozoo/Renater2010"],
+        min_length=1,
+        description="quality: the topologies of the yardstick (one pipeline run per topology and seed)",
+    )
+    quality_held_out: list[str] = Field(["topozoo/Cesnet201006", "topozoo/Renater2010"], description="quality: untuned")
+    quality_seeds: list[int] = Field([1, 2, 3], min_length=1, description="quality: simulator seeds")
+    quality_days: int = Field(14, ge=2, description="quality: days simulated per run")
 
 
 class BenchConfig(_Section):
     size: Literal["small", "full"] = Field("full", description="small: a quick test of the flow; full: figures")
     small: BenchSize = BenchSize(
-        topology="topozoo/Abilene", days=1, times=160, rows=200_000, size_gb=0.05, train_epochs=4, train_hidden=8
+        **{"topology": "topozoo/Abilene", "days": 1, "times": 160, "rows": 200_000, "size_gb": 0.05},
+        **{"train_epochs": 4, "train_hidden": 8, "quality_topologies": ["topozoo/Abilene"], "quality_held_out": []},
+        **{"quality_seeds": [1], "quality_days": 3},
     )
     full: BenchSize = BenchSize(
         topology="topozoo/Geant2012", days=8, times=1008, rows=5_000_000, size_gb=1.0, train_epochs=6

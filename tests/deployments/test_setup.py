@@ -25,9 +25,13 @@ def test_a_gpu_host_with_a_cuda_torch_uses_it(monkeypatch):
     reqs = wheelhouse.requirements(target)
     assert not any(r.startswith("torch") for r in reqs)  # the host's torch, not another
     assert "cudf-cu13==26.10.2" in reqs and "pyspark==4.2.0" in reqs
+    assert "xgboost-cu13==3.2.0" in reqs and not any(r.startswith("xgboost-cpu") for r in reqs)  # one xgboost
     monkeypatch.setenv("FAULTLINE_GPU", "0")
     cpu, _ = host.detect(sys.executable)
     assert not cpu.gpu and cpu.torch == "lock" and "torch==2.13.0" in wheelhouse.requirements(cpu)
+    assert "xgboost-cpu==3.2.0" in wheelhouse.requirements(
+        cpu
+    ) and "xgboost-cu13==3.2.0" not in wheelhouse.requirements(cpu)
 
 
 def test_profile_gpu_asks_for_the_gpu_stack(monkeypatch):

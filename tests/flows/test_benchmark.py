@@ -85,3 +85,21 @@ def test_e2e_bench_two_paths_one_invocation(tmp_path):
     assert x["epochs_timed"] == 1 and x["epochs_full"] == 4 and c["train"]["seconds"] > x["measured_s"]
     assert rep["e2e_ratio"] == pytest.approx(rep["cpu_path"]["total_s"] / rep["gpu_path"]["total_s"], rel=0.01)
     assert (results / "e2e.png").stat().st_size > 5_000 and rep["gpu_path"]["mlflow_run_id"]
+
+
+def test_quality_bench_runs_the_pipeline_per_topology_and_seed(tmp_path):
+    """The yardstick's flow at its small size: one pipeline run (Abilene, seed 1, 3 days) through the real stages,
+    the report with every model (graph model, tree, rule, both oracles), its plot, and MLflow."""
+    results = tmp_path / "results"
+    small = ["--size", "small", "--set", "train.epochs=2", "--set", "train.hidden=8", "--set", f"paths.root={tmp_path}"]
+    proc = faultline("bench", "quality", *small, "--results", str(results), "--json", root=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rep = json.loads((results / "quality.json").read_text())
+    assert rep["spec"]["topologies"] == ["topozoo/Abilene"] and rep["spec"]["days"] == 3 and len(rep["runs"]) == 1
+    run = rep["runs"][0]
+    assert run["status"] == "completed" and run["seed"] == 1 and run["mlflow_run_id"]
+    for name in ("model", "tree", "rule", "oracle_own", "oracle"):
+        assert 0 <= run[name]["false_alerts_per_element_day"], name
+    assert set(rep["goals"]) >= {"headroom_closed", "event_recall", "test_events_per_run"}
+    assert not rep["goals"]["test_events_per_run"]["met"]  # 3 days of Abilene: far fewer than 40 test events
+    assert (results / "quality.png").stat().st_size > 10_000 and rep["mlflow_run_id"]

@@ -27,10 +27,13 @@ def test_pipeline_runs_every_stage(first_run):
     ing = summary["stages"]["ingest"]
     assert ing["rows_in"] == ing["rows_out"] + ing["rows_quarantined"] and ing["rows_quarantined"] > 0
     timings = json.loads(Path(summary["stages"]["evaluate"]["output"], "_manifest.json").read_text())["timings_s"]
-    assert set(timings) == {"read_rows", "tree_fit", "tree_predict", "model_scores", "metrics"}
+    assert set(timings) == {"read_rows", "tree_fit", "tree_predict", "oracles", "model_scores", "metrics"}
     assert all(v >= 0 for v in timings.values())
     m = summary["metrics"]
     assert 0 <= m["pr_auc"] <= 1 and 0 <= m["baseline_pr_auc"] <= 1 and "recall_at_p90" in m
+    # the simulated exports carry the simulator's hidden state: the oracles (own state, full state) are fitted
+    assert 0 <= m["oracle_pr_auc"] <= 1 and 0 <= m["oracle_own_pr_auc"] <= 1 and m["baseline_gpu"] == 0
+    assert m["baseline_iterations"] >= 1 and m["baseline_max_depth"] in (4, 6, 8)
     assert "held-out metrics" in proc.stdout and "MLflow run" in proc.stdout
 
 

@@ -12,6 +12,7 @@ import torch
 
 from tasks.core.config import EvaluateConfig
 from tasks.core.metrics import classification_metrics, lead_times
+from tasks.core.stages.baselines import fit_tree, oracle_scores, read_hidden, stack_scores
 from tasks.core.topology import Topology
 from tasks.core.training.model import load_model, normalised_adjacency, score_snapshots
 from tasks.core.yardstick import alert_quality, calibration_error, event_leads, recall_difference, threshold_for_budget
@@ -66,7 +67,10 @@ def evaluate(
     cfg: EvaluateConfig,
     seed: int,
     horizon_minutes: int = 60,
+    raw: Path | None = None,
 ) -> dict[str, Any]:
+    """The held-out metrics of the model and its baselines (the rule, the tuned tree and, where ``raw`` holds the
+    simulator's hidden state, the oracles)."""
     lap = Laps()  # seconds of each part, in the manifest: where evaluation's time goes
     d = np.load(data_path)
     times, test_t = d["times"], d["test_t"]
@@ -81,15 +85,24 @@ def evaluate(
     train = train if train.any() else usable & (t_idx < val_start)  # a window too short to purge
     val = usable & (t_idx >= val_start) & (t_idx < test_t[0] - horizon)
     lap("read_rows")
-    tree = fit_tree(df, names, train, val, seed)
+    tree = fit_tree(df, names, train, val, seed, cfg.tree_device)
     lap("tree_fit")
     ts = np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive snapshots
     span = t_idx >= ts[0]
     rows = df[span].reset_index(drop=True)
-    scores = {"tree": tree.predict_proba(rows[names].to_numpy())[:, 1]}
+    scores = {"tree": tree.predict_proba(rows[names].to_numpy(np.float32))[:, 1]}
     lap("tree_predict")
+    hidden = read_hidden(raw) if raw else None
+    oracles = oracle_scores(hidden, topo, df, (train, val, span), seed, cfg.tree_device) if hidden else {}
+    if oracles:
+        lap("oracles")
     grid = model_scores(model_path, data_path, ts)
     scores = {"model": grid[t_idx[span] - ts[0], e_idx[span]], **scores, "rule": rule_scores(rows)}
+    val_rows = (t_idx[span] < test_t[0] - horizon) & usable[span]  # validation, its last horizon purged
+    stack = None
+    if cfg.stack:
+        scores["stack"], stack = stack_scores(scores["model"], scores["tree"], rows["label"].to_numpy(), val_rows)
+    scores.update({k: o["scores"] for k, o in oracles.items()})
     lap("model_scores")
     test = (t_idx[span] >= test_t[0]) & usable[span]
     results = _test_metrics(rows[test].reset_index(drop=True), {k: s[test] for k, s in scores.items()}, cfg)
@@ -97,7 +110,10 @@ def evaluate(
     cells = (t_idx[span], e_idx[span], topo.n)
     for name, alerts in validated_alerts(rows, cells, scores, windows, horizon, step, cfg).items():
         results[name]["metrics"].update(alerts)
-    results["tree"]["metrics"]["iterations"] = int(tree.n_iter_)
+    for name, fitted in {"tree": tree, **{k: o["tree"] for k, o in oracles.items()}}.items():
+        results[name]["metrics"].update(tree_metrics(fitted))
+    if stack:
+        results["stack"]["metrics"].update(stack)
     lap("metrics")
     return {
         "timings_s": lap.seconds,
@@ -109,20 +125,14 @@ def evaluate(
     }
 
 
-def fit_tree(df: pd.DataFrame, names: list[str], train: np.ndarray, val: np.ndarray, seed: int):
-    """The gradient-boosted tree baseline on the training rows, stopped early on the validation window's rows (in
-    time order, after the training window and its purge; sklearn's default holds out a random tenth of rows that
-    are correlated in time with the rest). Without validation rows: a fixed 200 rounds."""
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
-    x, y = df.loc[train, names].to_numpy(), df.loc[train, "label"].to_numpy()
-    if not val.any():
-        tree = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.08, early_stopping=False, random_state=seed)
-        return tree.fit(x, y)
-    tree = HistGradientBoostingClassifier(
-        max_iter=1000, learning_rate=0.08, early_stopping=True, n_iter_no_change=20, random_state=seed
-    )
-    return tree.fit(x, y, X_val=df.loc[val, names].to_numpy(), y_val=df.loc[val, "label"].to_numpy())
+def tree_metrics(tree) -> dict[str, Any]:
+    """How a tuned tree was chosen, for the manifest and MLflow."""
+    return {
+        "iterations": int(tree.n_iter_),
+        "max_depth": int(tree.params["max_depth"]),
+        "val_pr_auc": tree.val_aucpr,
+        "gpu": int(tree.device == "cuda"),
+    }
 
 
 def _test_metrics(test_df: pd.DataFrame, scores: dict[str, np.ndarray], cfg: EvaluateConfig) -> dict[str, Any]:
@@ -231,7 +241,14 @@ def plot_evaluation(ev: dict[str, Any], out: Path) -> dict[str, Path]:
 
 
 def evaluate_stage(
-    features_dir: Path, train_dir: Path, names: list[str], cfg: EvaluateConfig, seed: int, out: Path, horizon: int = 60
+    features_dir: Path,
+    train_dir: Path,
+    names: list[str],
+    cfg: EvaluateConfig,
+    seed: int,
+    out: Path,
+    horizon: int = 60,
+    raw: Path | None = None,
 ):
     """Metrics and plots of the held-out window in ``out``, and the manifest body."""
     import json
@@ -245,6 +262,7 @@ def evaluate_stage(
         cfg,
         seed,
         horizon,
+        raw,
     )
     plots = plot_evaluation(ev, out / "plots")
     results = {k: r["metrics"] for k, r in ev["results"].items()}
@@ -263,6 +281,13 @@ def evaluate_stage(
 def summary_metrics(results: dict[str, Any]) -> dict[str, float]:
     """The headline figures: the model's metrics, and each baseline's under a prefix."""
     out = dict(results["model"])
-    for name, prefix in (("tree", "baseline"), ("rule", "rule")):
-        out.update({f"{prefix}_{k}": v for k, v in results[name].items()})
+    named = (
+        ("tree", "baseline"),
+        ("rule", "rule"),
+        ("stack", "stack"),
+        ("oracle", "oracle"),
+        ("oracle_own", "oracle_own"),
+    )
+    for name, prefix in named:
+        out.update({f"{prefix}_{k}": v for k, v in results.get(name, {}).items()})
     return out

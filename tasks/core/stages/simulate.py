@@ -7,6 +7,7 @@ deterministic for a seed and streams day by day, so memory stays bounded by one 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -18,6 +19,8 @@ import scipy.sparse as sp
 
 from tasks.core.config import WorkloadConfig
 from tasks.core.schema import STEP_MINUTES, STEPS_PER_DAY
+from tasks.core.stages.cascade import Cascade, make_cascade, start_episodes
+from tasks.core.stages.cascade import step as cascade_step
 from tasks.core.stages.dirt import DIRT_KINDS, DirtLedger, inject_alarm_dirt, inject_kpi_dirt
 from tasks.core.store import write_atomic, write_json_atomic
 from tasks.core.topology import Topology, load_topology
@@ -92,16 +95,20 @@ def simulate(
     dirt: float = 0.0,
     start: str = "2026-01-05",
     progress: Callable[[int, int], None] | None = None,
+    dynamics: str = "v1",
 ) -> SimulationSummary:
+    """``dynamics``: ``v1``, faults from the element's own drift and its neighbours' faults at once (one hop);
+    ``cascade``, with shared-risk links and rerouted load over hops (``tasks/core/stages/cascade.py``)."""
     topo = load_topology(topology) if isinstance(topology, str) else topology
     out = Path(out)
-    for sub in ("kpi", "alarms", "dirt"):
+    for sub in ("kpi", "alarms", "dirt", "hidden"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "topology.json", topo.to_json())
     rng = np.random.default_rng(seed)
     indptr, indices = topo.csr()
     adj = sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=(topo.n, topo.n))
     state = _initial_state(topo.n, rng)
+    cas = make_cascade(topo.edges, topo.n, state.base_traffic, rng) if dynamics == "cascade" else None
     day0 = date.fromisoformat(start)
     summary = SimulationSummary(out, topo.name, topo.n, days, dirt={k: 0 for k in DIRT_KINDS})
     faults: list[dict] = []
@@ -109,7 +116,8 @@ def simulate(
     alarm_seq = 0
     for d in range(days):
         day = day0 + timedelta(days=d)
-        kpi, alarms, day_faults = _simulate_day(topo, adj, state, rng, day)
+        kpi, alarms, day_faults, hidden = _simulate_day(topo, adj, state, rng, day, cas)
+        _write_hidden(out, day.isoformat(), hidden)
         alarms["alarm_id"] = [f"A{alarm_seq + i:09d}" for i in range(len(alarms))]
         alarm_seq += len(alarms)
         faults.extend(day_faults)
@@ -117,8 +125,30 @@ def simulate(
         if progress:
             progress(d + 1, days)
     summary.faults = len(faults)
-    write_json_atomic(out / "ground_truth.json", _ground_truth(topo, summary, seed, day0.isoformat(), dirt, faults))
+    _hidden_index(out, topo, day0, days)
+    truth = _ground_truth(topo, summary, seed, day0.isoformat(), dirt, faults)
+    write_json_atomic(out / "ground_truth.json", {**truth, "dynamics": dynamics})
     return summary
+
+
+def _write_hidden(out: Path, day: str, hidden: dict[str, np.ndarray]) -> None:
+    """The day's hidden state, [step, element] per array (the oracle's inputs; never read by the pipeline)."""
+    buf = io.BytesIO()
+    np.savez(buf, **hidden)
+    write_atomic(out / "hidden" / f"hidden_{day}.npz", buf.getvalue())
+
+
+def _hidden_index(out: Path, topo: Topology, day0: date, days: int) -> None:
+    """hidden/hidden.json: the day files in order, the first step's time and the step (written last: a reader sees
+    the hidden state of a whole run or none)."""
+    files = [f"hidden_{(day0 + timedelta(days=d)).isoformat()}.npz" for d in range(days)]
+    start_us = int(datetime(day0.year, day0.month, day0.day, tzinfo=UTC).timestamp() * 1_000_000)
+    meta = {"files": files, "start_us": start_us, "step_us": STEP_MINUTES * 60_000_000, "elements": topo.element_ids}
+    meta["arrays"] = (
+        "drift, rate, cap (the element's degradation episode), visible_drift (what its KPIs show of it), "
+        "faulted_neighbours, links_down, load (rerouted traffic, a fraction of its own): after each step"
+    )
+    write_json_atomic(out / "hidden" / "hidden.json", meta)
 
 
 def _write_day(out: Path, day: str, kpi, alarms, rng, dirt: float, late_in: list[str], last: bool, summary) -> list:
@@ -138,7 +168,7 @@ def _write_day(out: Path, day: str, kpi, alarms, rng, dirt: float, late_in: list
 
 def simulate_stage(cfg: WorkloadConfig, out: Path, progress=None) -> dict:
     """The simulated exports of the workload ``cfg`` in ``out`` and their manifest body."""
-    s = simulate(cfg.topology, cfg.days, cfg.seed, out, cfg.dirt, cfg.start.isoformat(), progress)
+    s = simulate(cfg.topology, cfg.days, cfg.seed, out, cfg.dirt, cfg.start.isoformat(), progress, cfg.dynamics)
     return {
         "workload": cfg.model_dump(mode="json"),
         "rows_out": s.kpi_rows,
@@ -150,12 +180,16 @@ def simulate_stage(cfg: WorkloadConfig, out: Path, progress=None) -> dict:
 
 
 def _simulate_day(
-    topo: Topology, adj: sp.csr_matrix, s: _State, rng: np.random.Generator, day: date
-) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+    topo: Topology, adj: sp.csr_matrix, s: _State, rng: np.random.Generator, day: date, cas: Cascade | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, list[dict], dict[str, np.ndarray]]:
+    """One day of the network. ``cas``: the cascade dynamics (shared-risk links, rerouted load); None keeps the
+    original one-hop dynamics, draw for draw."""
     n, steps = topo.n, STEPS_PER_DAY
     t0 = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    drift = np.zeros((steps, n))
+    drift, seen, load = np.zeros((steps, n)), np.zeros((steps, n)), np.zeros((steps, n))
     down = np.zeros((steps, n), dtype=bool)
+    hidden = {k: np.zeros((steps, n), np.float32) for k in ("rate", "cap")}
+    hidden["faulted_neighbours"], hidden["links_down"] = np.zeros((steps, n), np.int16), np.zeros((steps, n), np.int16)
     faults: list[dict] = []
     alarm_rows: list[tuple[int, int, str, str]] = []
     for t in range(steps):
@@ -170,33 +204,49 @@ def _simulate_day(
         s.drift[active] = np.minimum(s.drift[active] + s.rate[active], s.cap[active])
         fizzled = active & (s.cap < 1) & (s.drift >= s.cap) & (rng.random(n) < 0.05)
         s.rate[fizzled], s.drift[fizzled] = 0.0, 0.0
-        hazard = BASE_HAZARD + DRIFT_HAZARD * np.clip(s.drift - 0.6, 0, None) + CASCADE_HAZARD * nbr_faults
+        graph_hazard = CASCADE_HAZARD * nbr_faults  # one hop, at once
+        if cas is not None:  # instead: overload from rerouted traffic, over hops and with a lag
+            start_episodes(cas, new, rng)
+            graph_hazard, hidden["links_down"][t] = cascade_step(cas, in_fault, rng)
+        hazard = BASE_HAZARD + DRIFT_HAZARD * np.clip(s.drift - 0.6, 0, None) + graph_hazard
         onset = (~in_fault) & (rng.random(n) < hazard)
-        for e in np.flatnonzero(onset):
-            dur = int(rng.integers(3, 13))
-            ts = t0 + timedelta(minutes=STEP_MINUTES * t)
-            faults.append(
-                {
-                    "element_id": topo.element_ids[e],
-                    "start": ts.isoformat().replace("+00:00", "Z"),
-                    "duration_min": dur * STEP_MINUTES,
-                    "precursor_drift": round(float(s.drift[e]), 3),
-                    "faulted_neighbours": int(nbr_faults[e]),
-                }
-            )
-            alarm_rows.append((t, e, "critical", "NODE_DOWN"))
-        s.fault_left[onset] = rng.integers(3, 13, onset.sum())
-        s.drift[onset], s.rate[onset] = 0.0, 0.0
+        faults.extend(_onsets(topo, s, rng, onset, nbr_faults, t, t0, alarm_rows))
         ended = in_fault & (s.fault_left == 1)
         for e in np.flatnonzero(ended):
             alarm_rows.append((t, e, "cleared", "NODE_UP"))
         s.fault_left[in_fault] -= 1
         drift[t] = s.drift
+        seen[t] = s.drift * (cas.visibility if cas is not None else 1.0)
+        load[t] = cas.load if cas is not None else 0.0
         down[t] = s.fault_left > 0
-        _precursor_alarms(t, s.drift, rng, alarm_rows)
-    kpi = _kpis(topo, s, rng, drift, down, t0)
+        hidden["rate"][t], hidden["cap"][t] = s.rate, np.where(s.rate > 0, s.cap, 0.0)
+        hidden["faulted_neighbours"][t] = adj @ down[t].astype(float)
+        _precursor_alarms(t, seen[t], rng, alarm_rows)
+    kpi = _kpis(topo, s, rng, seen, down, t0, load)
     alarms = _alarm_frame(topo, alarm_rows, t0, rng)
-    return kpi, alarms, faults
+    hidden.update({"drift": drift.astype(np.float32), "visible_drift": seen.astype(np.float32)})
+    return kpi, alarms, faults, {**hidden, "load": load.astype(np.float32)}
+
+
+def _onsets(topo, s: _State, rng, onset: np.ndarray, nbr_faults, t: int, t0, alarm_rows: list) -> list[dict]:
+    """The faults that start at step ``t``: their alarms, durations and ground-truth records; episodes end."""
+    for e in np.flatnonzero(onset):
+        rng.integers(3, 13)  # drawn and unused (the duration is the draw below): kept so a seed's exports stay
+        alarm_rows.append((t, e, "critical", "NODE_DOWN"))
+    s.fault_left[onset] = rng.integers(3, 13, onset.sum())
+    ts = (t0 + timedelta(minutes=STEP_MINUTES * t)).isoformat().replace("+00:00", "Z")
+    out = [
+        {
+            "element_id": topo.element_ids[e],
+            "start": ts,
+            "duration_min": int(s.fault_left[e]) * STEP_MINUTES,  # the fault's real length (NODE_DOWN..NODE_UP)
+            "precursor_drift": round(float(s.drift[e]), 3),
+            "faulted_neighbours": int(nbr_faults[e]),
+        }
+        for e in np.flatnonzero(onset)
+    ]
+    s.drift[onset], s.rate[onset] = 0.0, 0.0
+    return out
 
 
 def _precursor_alarms(t: int, drift: np.ndarray, rng: np.random.Generator, rows: list) -> None:
@@ -212,18 +262,21 @@ def _precursor_alarms(t: int, drift: np.ndarray, rng: np.random.Generator, rows:
             rows.append((t, e, sev, kind))
 
 
-def _kpis(topo, s: _State, rng, drift, down, t0) -> pd.DataFrame:
+def _kpis(topo, s: _State, rng, drift, down, t0, load) -> pd.DataFrame:
+    """The KPIs: ``drift`` as the element's own KPIs show it, ``load`` the rerouted traffic it carries (zero
+    without the cascade dynamics, which leaves every value as it was)."""
     steps, n = drift.shape
     hours = (np.arange(steps) * STEP_MINUTES / 60.0)[:, None]
     diurnal = 0.5 + 0.5 * np.sin(2 * np.pi * (hours - 9) / 24)
     noise = rng.standard_normal((7, steps, n))
     traffic = s.base_traffic * (0.4 + 0.9 * diurnal) * (1 + 0.05 * noise[0])
-    traffic = np.where(down, traffic * 0.02, traffic)
+    traffic = np.where(down, traffic * 0.02, traffic * (1 + load))
     cpu = s.base_cpu + 20 * diurnal + 35 * drift + 3 * noise[1]
     mem = 40 + 10 * diurnal + 12 * drift + 2 * noise[2]
     temp = s.base_temp + 4 * diurnal + 18 * drift + 1.5 * noise[3]
-    latency = s.base_latency * (1 + 0.1 * noise[4] ** 2) + 40 * drift**2 + np.where(down, 400.0, 0.0)
-    loss = np.abs(0.05 * noise[5]) + 2.5 * drift**2 + np.where(down, 60.0, 0.0)
+    over = np.clip(load - 0.3, 0, None)  # queues build as the rerouted load nears the headroom
+    latency = s.base_latency * (1 + 0.1 * noise[4] ** 2) + 40 * drift**2 + np.where(down, 400.0, 0.0) + 60 * over**2
+    loss = np.abs(0.05 * noise[5]) + 2.5 * drift**2 + np.where(down, 60.0, 0.0) + 4 * over**2
     errors = rng.poisson(0.3 + 25 * drift**2 + np.where(down, 200.0, 0.0))
     ts = pd.date_range(t0, periods=steps, freq=f"{STEP_MINUTES}min")
     return pd.DataFrame(

@@ -54,13 +54,16 @@ class GraphLayer(nn.Module):
 
 
 class FaultGNN(nn.Module):
-    def __init__(self, n_features: int, hidden: int = 32, layers: int = 2) -> None:
+    def __init__(self, n_features: int, hidden: int = 32, layers: int = 2, dropout: float = 0.0) -> None:
         super().__init__()
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.inp = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU())
         self.temporal = nn.GRU(hidden, hidden, batch_first=True)
         self.graph = nn.ModuleList(GraphLayer(hidden) for _ in range(layers))
         self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
         self.config = {"n_features": n_features, "hidden": hidden, "layers": layers}
+        if dropout > 0:  # (a model without dropout keeps the config older checkpoints have)
+            self.config["dropout"] = dropout
 
     def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
         b, w, e, f = x.shape
@@ -70,7 +73,7 @@ class FaultGNN(nn.Module):
         g = local
         for layer in self.graph:
             g = layer(g, adj)
-        return self.head(torch.cat([local, g], dim=-1)).squeeze(-1)  # [batch, elements] logits
+        return self.head(self.drop(torch.cat([local, g], dim=-1))).squeeze(-1)  # [batch, elements] logits
 
 
 def windows_at(x: torch.Tensor, t: torch.Tensor, window: int) -> torch.Tensor:

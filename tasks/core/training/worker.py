@@ -72,7 +72,8 @@ class Data:
     pos_weight: torch.Tensor
 
     @classmethod
-    def load(cls, path: str, device: torch.device) -> Data:
+    def load(cls, path: str, device: torch.device, pos_weight: float | None = None) -> Data:
+        """``pos_weight``: the fault class's weight in the loss; None: negatives per positive, capped at 50."""
         d = np.load(path)
         x = torch.from_numpy(d["X"]).to(device)
         train_t = d["train_t"]
@@ -85,7 +86,7 @@ class Data:
             adj=normalised_adjacency(d["indptr"], d["indices"], x.shape[1]).to(device),
             train_t=train_t,
             val_t=d["val_t"],
-            pos_weight=torch.tensor(min(50.0, neg / max(pos, 1.0)), device=device),
+            pos_weight=torch.tensor(pos_weight or min(50.0, neg / max(pos, 1.0)), device=device),
         )
 
 
@@ -207,8 +208,8 @@ def setup(spec: dict) -> dict:
     device = pick_device(spec, comm.local_rank)
     torch.manual_seed(cfg["seed"])
     np.random.seed(cfg["seed"])
-    data = Data.load(spec["data"], device)
-    model = FaultGNN(data.x.shape[2], cfg["hidden"], cfg["layers"]).to(device)
+    data = Data.load(spec["data"], device, cfg.get("pos_weight"))
+    model = FaultGNN(data.x.shape[2], cfg["hidden"], cfg["layers"], cfg.get("dropout", 0.0)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"] * comm.size)  # [dist] LR scaled by world size
     net, optimizer = comm.wrap(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg["epochs"])

@@ -84,9 +84,10 @@ def test_alert_thresholds_come_from_validation_and_are_applied_to_test():
 
 
 def test_the_tree_stops_early_on_the_validation_window_it_is_given():
-    """Early stopping follows the validation rows passed in (the time-ordered window), not a random tenth of the
-    training rows: where those rows carry no signal, the tree stops after its patience; where they do, it goes on."""
-    from tasks.core.stages.evaluate import fit_tree
+    """Early stopping and the choice of grid point follow the validation rows passed in (the time-ordered window),
+    not a random tenth of the training rows: where those rows carry no signal, every grid point stops early and the
+    kept one scores near the base rate there; where they do, the tree goes on and scores well."""
+    from tasks.core.stages.baselines import FIXED_ROUNDS, MAX_ROUNDS, fit_tree
 
     rng = np.random.default_rng(0)
     n = 6000
@@ -99,6 +100,29 @@ def test_the_tree_stops_early_on_the_validation_window_it_is_given():
     df_noise = df.copy()
     df_noise.loc[val, "label"] = rng.permutation(df.loc[val, "label"].to_numpy())  # labels without signal
     stopped = fit_tree(df_noise, ["a", "b", "c"], ~val, val, seed=0)
-    assert stopped.n_iter_ <= 25 < informative.n_iter_, (stopped.n_iter_, informative.n_iter_)
-    fixed = fit_tree(df, ["a", "b", "c"], ~val, np.zeros(n, bool), seed=0)  # no validation rows: 200 rounds
-    assert fixed.n_iter_ == 200
+    assert stopped.n_iter_ < informative.n_iter_ < MAX_ROUNDS, (stopped.n_iter_, informative.n_iter_)
+    assert stopped.booster.num_boosted_rounds() < 100  # patience ran out long before the 1,000 rounds allowed
+    assert informative.val_aucpr > 0.8 and stopped.val_aucpr < y[val].mean() + 0.15, (informative, stopped)
+    fixed = fit_tree(df, ["a", "b", "c"], ~val, np.zeros(n, bool), seed=0)  # no validation rows: fixed rounds
+    assert fixed.n_iter_ == FIXED_ROUNDS and np.isnan(fixed.val_aucpr)
+    again = fit_tree(df, ["a", "b", "c"], ~val, val, seed=0)  # same seed, same tree (CPU)
+    assert np.array_equal(again.predict_proba(x), informative.predict_proba(x))
+
+
+def test_the_stack_weight_is_chosen_on_validation_alone():
+    """The GBDT + GNN blend takes the weight that ranks the validation rows best; the test rows play no part."""
+    from tasks.core.stages.baselines import stack_scores
+
+    rng = np.random.default_rng(3)
+    y = (rng.random(4000) < 0.1).astype(int)
+    signal, noise = y + rng.normal(0, 0.3, 4000), rng.random(4000)
+    val = np.arange(4000) < 2000
+    _, pick = stack_scores(model=noise, tree=signal, y=y, val=val)
+    assert pick["tree_weight"] >= 0.9 and pick["val_pr_auc"] > 0.9
+    _, pick = stack_scores(model=signal, tree=noise, y=y, val=val)
+    assert pick["tree_weight"] <= 0.1
+    flipped = y.copy()
+    flipped[~val] = 1 - y[~val]  # test labels upside down: the choice does not move
+    assert stack_scores(signal, noise, flipped, val)[1] == pick
+    s, none = stack_scores(signal, noise, y, np.zeros(4000, bool))  # nothing to choose on: the tree alone
+    assert none["tree_weight"] == 1.0 and np.array_equal(s, noise)

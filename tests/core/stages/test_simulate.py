@@ -64,3 +64,36 @@ def test_faults_cascade_along_links(tmp_path):
     assert len(faults) > 10
     assert any(f["faulted_neighbours"] > 0 for f in faults)
     assert sum(f["precursor_drift"] > 0.6 for f in faults) > len(faults) / 2  # most faults have precursors
+
+
+def test_the_hidden_state_is_logged_and_agrees_with_the_faults(tmp_path):
+    """The simulator logs its hidden state for the oracle: per step and element, the degradation episode (drift,
+    rate, cap) and how many neighbours are down; it agrees with the ground-truth faults and the topology."""
+    import numpy as np
+
+    from tasks.core.stages.baselines import oracle_features, read_hidden
+
+    simulate("topozoo/Abilene", 2, 5, tmp_path, dirt=0.0)
+    hidden = read_hidden(tmp_path)
+    topo = load_topology("topozoo/Abilene")
+    assert hidden["drift"].shape == (2 * 288, topo.n) and hidden["elements"] == list(topo.element_ids)
+    assert hidden["step_us"] == 300_000_000 and (hidden["drift"] >= 0).all() and (hidden["drift"] <= 1.6).all()
+    assert ((hidden["rate"] > 0) | (hidden["cap"] == 0)).all()  # a cap only while an episode runs
+    down = np.zeros_like(hidden["drift"], dtype=bool)
+    for f in json.loads((tmp_path / "ground_truth.json").read_text())["faults"]:
+        t = (np.datetime64(f["start"].rstrip("Z"), "us").astype(np.int64) - hidden["start_us"]) // hidden["step_us"]
+        down[t : t + f["duration_min"] // 5, topo.element_ids.index(f["element_id"])] = True
+        assert hidden["drift"][t, topo.element_ids.index(f["element_id"])] == 0  # the episode ends at the onset
+    assert down.any()
+    nbrs = np.zeros((topo.n, topo.n))
+    for a, b in topo.edges:
+        nbrs[a, b] = nbrs[b, a] = 1
+    np.testing.assert_array_equal(hidden["faulted_neighbours"], down.astype(float) @ nbrs)
+    import scipy.sparse as sp
+
+    t, e = np.array([0, 10, 300]), np.array([0, 3, 5])
+    own = oracle_features(hidden, sp.csr_matrix(nbrs), t, e, full=False)
+    full = oracle_features(hidden, sp.csr_matrix(nbrs), t, e, full=True)
+    assert own.shape == (3, 6) and full.shape == (3, 12) and np.array_equal(full[:, :6], own)
+    assert np.array_equal(own[:, 0], hidden["drift"][t, e]) and np.array_equal(own[:, 4], hidden["load"][t, e])
+    assert np.array_equal(full[:, 6], hidden["faulted_neighbours"][t, e])

@@ -85,3 +85,22 @@ def test_a_damaged_newest_checkpoint_is_named_and_skipped(tmp_path):
     assert len(said) == 1 and "epoch_0001.pt is damaged" in said[0]
     (tmp_path / "epoch_0000.pt").write_bytes(b"")
     assert load_latest(tmp_path, "fp", said.append) is None  # nothing usable: train from the start
+
+
+def test_dropout_is_in_the_config_only_when_used_and_off_in_eval():
+    import torch
+
+    from tasks.core.training.model import FaultGNN
+
+    plain = FaultGNN(5, hidden=8, layers=1)
+    assert "dropout" not in plain.config  # older checkpoints' config, unchanged
+    model = FaultGNN(5, hidden=8, layers=1, dropout=0.5)
+    assert model.config["dropout"] == 0.5 and FaultGNN(**model.config).config == model.config
+    from tasks.core.training.model import normalised_adjacency
+
+    adj = normalised_adjacency(np.array([0, 1, 2]), np.array([1, 0]), 2)
+    x = torch.randn(3, 4, 2, 5)
+    model.eval()
+    assert torch.equal(model(x, adj), model(x, adj))  # no dropout when scoring
+    model.train()
+    assert not torch.equal(model(x, adj), model(x, adj))

@@ -1,0 +1,181 @@
+"""Evaluation's reference models: a tuned gradient-boosted tree (XGBoost, on the GPU where one is usable) and the
+oracle, the same tree on the simulator's hidden state (the ceiling any model of the KPIs can hope to reach).
+
+Tuning and early stopping use the time-ordered validation window only; the test window is never looked at.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+# The small grid the tree is tuned over (depth and leaf size trade variance for bias on these correlated rows); the
+# learning rate is fixed and the number of rounds comes from early stopping.
+TREE_GRID = (
+    {"max_depth": 4, "min_child_weight": 1.0},
+    {"max_depth": 6, "min_child_weight": 5.0},
+    {"max_depth": 8, "min_child_weight": 20.0},
+)
+LEARNING_RATE = 0.08
+MAX_ROUNDS, PATIENCE, FIXED_ROUNDS = 1000, 20, 200
+
+
+@dataclass
+class Tree:
+    """A fitted booster and how it was chosen: its grid point, rounds, device and the validation score."""
+
+    booster: object
+    params: dict
+    n_iter_: int
+    device: str
+    val_aucpr: float
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        import xgboost as xgb
+
+        p = self.booster.predict(xgb.DMatrix(x), iteration_range=(0, self.n_iter_))
+        return np.column_stack([1 - p, p])
+
+
+def tree_device(requested: str = "auto") -> str:
+    """``cuda`` where XGBoost was built with CUDA and a GPU is visible (``auto``), else ``cpu``."""
+    if requested != "auto":
+        return requested
+    import xgboost as xgb
+
+    if not xgb.build_info().get("USE_CUDA"):
+        return "cpu"
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return "cpu"
+
+
+def _params(point: dict, seed: int, device: str) -> dict:
+    return {
+        "objective": "binary:logistic",
+        "eval_metric": "aucpr",
+        "tree_method": "hist",
+        "learning_rate": LEARNING_RATE,
+        "seed": seed,
+        "device": device,
+        **point,
+    }
+
+
+def fit_tree(df, names: list[str], train: np.ndarray, val: np.ndarray, seed: int, device: str = "auto") -> Tree:
+    """XGBoost on the training rows: each grid point stopped early (patience ``PATIENCE``) on the validation
+    window's rows, the one with the best validation PR-AUC kept. Without validation rows: the middle grid point for
+    a fixed ``FIXED_ROUNDS`` (nothing to tune on)."""
+    x, y = df.loc[train, names].to_numpy(np.float32), df.loc[train, "label"].to_numpy()
+    return fit_tree_arrays(x, y, df.loc[val, names].to_numpy(np.float32), df.loc[val, "label"].to_numpy(), seed, device)
+
+
+def fit_tree_arrays(x, y, xv, yv, seed: int, device: str = "auto") -> Tree:
+    import xgboost as xgb
+
+    device = tree_device(device)
+    dtrain = xgb.QuantileDMatrix(x, y)
+    if len(yv) == 0 or yv.min() == yv.max():  # nothing to stop on or rank by
+        booster = xgb.train(_params(TREE_GRID[1], seed, device), dtrain, FIXED_ROUNDS)
+        return Tree(booster, TREE_GRID[1], FIXED_ROUNDS, device, float("nan"))
+    dval = xgb.QuantileDMatrix(xv, yv, ref=dtrain)
+    best = None
+    for point in TREE_GRID:
+        booster = xgb.train(
+            _params(point, seed, device),
+            dtrain,
+            MAX_ROUNDS,
+            evals=[(dval, "val")],
+            early_stopping_rounds=PATIENCE,
+            verbose_eval=False,
+        )
+        tree = Tree(booster, point, int(booster.best_iteration) + 1, device, float(booster.best_score))
+        if best is None or tree.val_aucpr > best.val_aucpr:
+            best = tree
+    return best
+
+
+# ---- the oracle: the simulator's hidden state --------------------------------------------------------------------
+
+HIDDEN_OWN = ("drift", "rate", "cap", "visible_drift", "load", "links_down")  # the element's own state
+HIDDEN = (*HIDDEN_OWN, "faulted_neighbours")
+
+
+def read_hidden(raw: Path) -> dict | None:
+    """The simulator's hidden state as [step, element] arrays over the whole run (``start_us``: the first step),
+    or None where the raw exports carry none (real NMS exports, older simulations)."""
+    index = Path(raw) / "hidden" / "hidden.json"
+    if not index.is_file():
+        return None
+    meta = json.loads(index.read_text())
+    days = [np.load(Path(raw) / "hidden" / f) for f in meta["files"]]
+    out = {k: np.concatenate([d[k] for d in days]) for k in HIDDEN if k in days[0]}
+    return {**out, "start_us": int(meta["start_us"]), "step_us": int(meta["step_us"]), "elements": meta["elements"]}
+
+
+def oracle_features(hidden: dict, adj: sp.csr_matrix, t_abs: np.ndarray, e: np.ndarray, full: bool) -> np.ndarray:
+    """Per row (absolute step ``t_abs``, element ``e``): the element's own state (its degradation episode, what
+    its KPIs show of it, its rerouted load and links down), and with ``full`` its neighbourhood's too (faulted
+    neighbours, their summed drift, how many are hot, and the same two hops away; their load)."""
+    own = [hidden[k][t_abs, e] for k in HIDDEN_OWN if k in hidden]
+    if not full:
+        return np.column_stack(own).astype(np.float32)
+
+    def over_nbrs(x: np.ndarray) -> np.ndarray:  # [step, element]: summed over each element's neighbours
+        return np.asarray((adj @ x.T).T)
+
+    drift = hidden["drift"]
+    nbr_hot = over_nbrs((drift > 0.6).astype(np.float32))
+    down = hidden["faulted_neighbours"].astype(np.float32)
+    extra = [down, over_nbrs(drift), nbr_hot, over_nbrs(nbr_hot), over_nbrs(down)]  # 2 hops: faults, hot drift
+    if "load" in hidden:
+        extra.append(over_nbrs(hidden["load"]))
+    return np.column_stack(own + [x[t_abs, e] for x in extra]).astype(np.float32)
+
+
+def oracle_scores(hidden: dict, topo, df, windows, seed: int, device: str = "auto") -> dict[str, dict]:
+    """The oracles' scores on the rows ``span`` selects: the tuned tree fitted (on the ``train`` rows, stopped on the
+    ``val`` rows) to the element's own hidden state (``oracle_own``) and to the full state, neighbours included
+    (``oracle``). The gap between the two is the graph's share of the signal."""
+    import pandas as pd
+
+    train, val, span = windows
+    indptr, indices = topo.csr()
+    adj = sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(topo.n, topo.n))
+    t_us = pd.DatetimeIndex(df["timestamp"]).as_unit("us").asi8
+    t_abs = (t_us - hidden["start_us"]) // hidden["step_us"]
+    e_abs = df["element_id"].map({e: i for i, e in enumerate(hidden["elements"])}).to_numpy()
+    if (t_abs < 0).any() or (t_abs >= len(hidden["drift"])).any() or pd.isna(e_abs).any():
+        raise ValueError("the simulator's hidden state does not cover every evaluated row (another simulation?)")
+    e_abs = e_abs.astype(np.int64)
+    y = df["label"].to_numpy()
+    out = {}
+    for name, full in (("oracle_own", False), ("oracle", True)):
+        x = oracle_features(hidden, adj, t_abs, e_abs, full)
+        tree = fit_tree_arrays(x[train], y[train], x[val], y[val], seed, device)
+        out[name] = {"tree": tree, "scores": tree.predict_proba(x[span])[:, 1]}
+    return out
+
+
+STACK_WEIGHTS = np.linspace(0.0, 1.0, 11)
+
+
+def stack_scores(model: np.ndarray, tree: np.ndarray, y: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, dict]:
+    """The GBDT + GNN stack: ``w * tree + (1 - w) * model`` (both probabilities), ``w`` the grid point with the best
+    PR-AUC on the validation rows ``val`` alone (ties: the larger tree weight, the simpler model). Where
+    validation cannot rank (no rows, one class), the tree alone."""
+    from tasks.core.metrics import pr_auc
+
+    yv = y[val]
+    if len(yv) == 0 or yv.min() == yv.max():
+        return tree.copy(), {"tree_weight": 1.0, "val_pr_auc": float("nan")}
+    scored = [(pr_auc(yv, w * tree[val] + (1 - w) * model[val]), w) for w in STACK_WEIGHTS]
+    best, w = max(scored, key=lambda s: (s[0], s[1]))
+    return w * tree + (1 - w) * model, {"tree_weight": float(w), "val_pr_auc": best}
