@@ -165,6 +165,7 @@ class TrainConfig(_Section):
     layers: int = Field(2, ge=1)
     window: int = Field(6, ge=1, description="temporal window fed to the encoder (samples)")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the encodings the head reads (0: none)")
+    graph: Literal["real", "rewired", "none"] = Field("real", description="ablation: the adjacency the model uses")
     pos_weight: float | None = Field(
         None,
         gt=0,

@@ -208,3 +208,11 @@ def plot_quality(report: dict[str, Any], path) -> Any:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":  # python -m tasks.core.benchmarks.quality bench/results/quality.json: the report's tables
+    import json
+    import sys
+
+    for path in sys.argv[1:]:
+        print(f"{path}\n\n{markdown_table(json.loads(open(path).read()))}\n")

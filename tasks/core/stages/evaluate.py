@@ -99,9 +99,7 @@ def evaluate(
     grid = model_scores(model_path, data_path, ts)
     scores = {"model": grid[t_idx[span] - ts[0], e_idx[span]], **scores, "rule": rule_scores(rows)}
     val_rows = (t_idx[span] < test_t[0] - horizon) & usable[span]  # validation, its last horizon purged
-    stack = None
-    if cfg.stack:
-        scores["stack"], stack = stack_scores(scores["model"], scores["tree"], rows["label"].to_numpy(), val_rows)
+    stack = _stack(scores, rows["label"].to_numpy(), val_rows) if cfg.stack else None
     scores.update({k: o["scores"] for k, o in oracles.items()})
     lap("model_scores")
     test = (t_idx[span] >= test_t[0]) & usable[span]
@@ -110,10 +108,7 @@ def evaluate(
     cells = (t_idx[span], e_idx[span], topo.n)
     for name, alerts in validated_alerts(rows, cells, scores, windows, horizon, step, cfg).items():
         results[name]["metrics"].update(alerts)
-    for name, fitted in {"tree": tree, **{k: o["tree"] for k, o in oracles.items()}}.items():
-        results[name]["metrics"].update(tree_metrics(fitted))
-    if stack:
-        results["stack"]["metrics"].update(stack)
+    _how_chosen(results, tree, oracles, stack)
     lap("metrics")
     return {
         "timings_s": lap.seconds,
@@ -123,6 +118,20 @@ def evaluate(
         "test_rows": int(test.sum()),
         "test_window": [str(pd.Timestamp(int(times[i]), unit="us")) for i in (test_t[0], test_t[-1])],
     }
+
+
+def _stack(scores: dict[str, np.ndarray], y: np.ndarray, val_rows: np.ndarray) -> dict[str, float]:
+    """Adds the GBDT + GNN stack to ``scores``; returns how it was chosen."""
+    scores["stack"], chosen = stack_scores(scores["model"], scores["tree"], y, val_rows)
+    return chosen
+
+
+def _how_chosen(results: dict, tree, oracles: dict, stack: dict | None) -> None:
+    """Each tuned tree's grid point, rounds and device, and the stack's weight, beside their metrics."""
+    for name, fitted in {"tree": tree, **{k: o["tree"] for k, o in oracles.items()}}.items():
+        results[name]["metrics"].update(tree_metrics(fitted))
+    if stack:
+        results["stack"]["metrics"].update(stack)
 
 
 def tree_metrics(tree) -> dict[str, Any]:

@@ -65,6 +65,31 @@ def _standardised_rows(
     return rows, mu, sd
 
 
+def model_graph(topo: Topology, graph: str = "real", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The adjacency (CSR) the graph model propagates over: the real topology; ``rewired``, the same degrees with the
+    links randomly re-drawn (degree-preserving double-edge swaps, seeded: what the real wiring adds over any
+    wiring); or ``none``, no links (what message passing adds at all)."""
+    import dataclasses
+
+    if graph == "none":
+        return np.zeros(topo.n + 1, np.int64), np.zeros(0, np.int64)
+    if graph == "real" or len(topo.edges) < 2:
+        return topo.csr()
+    rng = np.random.default_rng(seed)
+    edges = [tuple(e) for e in topo.edges]
+    have = set(edges)
+    for _ in range(20 * len(edges)):  # swap (a, b), (c, d) -> (a, d), (c, b) where that makes no loop or repeat
+        i, j = rng.choice(len(edges), 2, replace=False)
+        (a, b), (c, d) = edges[i], edges[j]
+        new1, new2 = tuple(sorted((a, d))), tuple(sorted((c, b)))
+        if len({a, b, c, d}) < 4 or new1 in have or new2 in have:
+            continue
+        have -= {edges[i], edges[j]}
+        have |= {new1, new2}
+        edges[i], edges[j] = new1, new2
+    return dataclasses.replace(topo, edges=tuple(edges)).csr()
+
+
 def prepare_tensors(
     features_dir: Path,
     topo: Topology,
@@ -73,8 +98,11 @@ def prepare_tensors(
     test_fraction: float,
     out: Path,
     threads: int | None = None,
+    graph: str = "real",
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """features Parquet -> X [T, E, F] (standardised on the train window), y and mask [T, E]."""
+    """features Parquet -> X [T, E, F] (standardised on the train window), y and mask [T, E], and the adjacency the
+    model uses (``graph``: real, rewired or none; ``model_graph``)."""
     table = pq.read_table(features_dir, columns=["element_id", "timestamp", *names, "label", "in_fault"])
     ts = _micros(table.column("timestamp"))
     times = np.sort(pc.unique(ts).to_numpy())
@@ -94,7 +122,7 @@ def prepare_tensors(
     filled = np.zeros(n_t * n_e, dtype=bool)
     filled[cell] = True
     y, mask = y.reshape(n_t, n_e), mask.reshape(n_t, n_e)
-    indptr, indices = topo.csr()
+    indptr, indices = model_graph(topo, graph, seed)
     first = window - 1
     np.savez(
         out,

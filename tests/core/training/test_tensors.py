@@ -75,3 +75,20 @@ def test_an_element_outside_the_topology_is_named(tmp_path):
     small = Topology("t", topo.element_ids[:3], topo.names[:3], ((0, 1), (1, 2)))
     with pytest.raises(ValueError, match=r"element_id \['e3'\] not in the topology \(3 elements expected\)"):
         prepare_tensors(tmp_path / "features", small, NAMES, 3, 0.25, tmp_path / "data.npz")
+
+
+def test_the_rewired_graph_keeps_every_degree_and_moves_the_links():
+    from tasks.core.topology import load_topology
+    from tasks.core.training.tensors import model_graph
+
+    topo = load_topology("topozoo/Geant2012")
+    real_ptr, real_idx = model_graph(topo, "real")
+    ptr, idx = model_graph(topo, "rewired", seed=1)
+    assert np.array_equal(np.diff(ptr), np.diff(real_ptr))  # the same degree everywhere
+    links = {(i, j) for i in range(topo.n) for j in idx[ptr[i] : ptr[i + 1]]}
+    real = {(i, j) for i in range(topo.n) for j in real_idx[real_ptr[i] : real_ptr[i + 1]]}
+    assert all((j, i) in links and i != j for i, j in links) and len(links) == len(real)  # symmetric, no loops
+    assert len(links & real) < 0.5 * len(real)  # most links re-drawn
+    assert np.array_equal(model_graph(topo, "rewired", seed=1)[1], idx)  # seeded
+    none_ptr, none_idx = model_graph(topo, "none")
+    assert len(none_idx) == 0 and len(none_ptr) == topo.n + 1 and not none_ptr.any()
