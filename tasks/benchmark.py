@@ -10,7 +10,7 @@ from prefect import task
 
 from tasks.core.config import FaultlineConfig
 from tasks.core.runtime import Runtime
-from tasks.core.store import write_json_atomic
+from tasks.core.store import json_safe, write_json_atomic
 from tasks.core.tracking import numeric_leaves
 from tasks.runner import TASK_OPTIONS, logger, publish_markdown, publish_table
 from tasks.tracking import tracker_for
@@ -19,7 +19,7 @@ from tasks.tracking import tracker_for
 def _publish(cfg: FaultlineConfig, name: str, result: dict[str, Any], files: tuple[Path, ...] = ()) -> dict:
     out = Path(cfg.paths.bench_results) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out, result)  # a reader (the checklist) never sees half a report
+    write_json_atomic(out, json_safe(result))  # strict JSON (null, not NaN); a reader never sees half a report
     tr = tracker_for(cfg, f"{cfg.mlflow.experiment}-bench")
     run_id = tr.start_run(f"bench-{name}", {"benchmark": name, "profile": cfg.profile, "faultline_kind": "bench"})
     tr.log_metrics(run_id, numeric_leaves(result))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import threading
@@ -81,6 +82,18 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
+
+
+def json_safe(data: Any) -> Any:
+    """``data`` with every NaN or infinity as ``None``: strict JSON (``null``), which every parser reads; Python's
+    default writes bare ``NaN``, which strict parsers (browsers, jq) reject."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    return data
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 2) -> Path:

@@ -1,6 +1,18 @@
 import pytest
 
-from tasks.core.store import MANIFEST, completed, file_url, fingerprint, publish_manifest, staging
+import json
+import math
+
+from tasks.core.store import (
+    MANIFEST,
+    completed,
+    file_url,
+    fingerprint,
+    json_safe,
+    publish_manifest,
+    staging,
+    write_json_atomic,
+)
 
 
 def test_fingerprint_is_stable_and_sensitive():
@@ -88,3 +100,14 @@ def test_file_url_only_for_what_the_file_server_serves(tmp_path, monkeypatch):
     assert file_url(docs) == "http://127.0.0.1:8123/store/validate/ab%20cd/index.html"
     assert file_url(tmp_path.parent / "elsewhere.html") is None  # outside the served directory
     assert file_url(None) is None
+
+
+def test_undefined_figures_are_written_as_strict_json_null(tmp_path):
+    data = {"ece": float("nan"), "runs": [1.5, float("inf"), {"x": -math.inf}], "n": 3, "ok": True, "s": "nan"}
+    out = write_json_atomic(tmp_path / "r.json", json_safe(data))
+
+    def reject(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    back = json.loads(out.read_text(), parse_constant=reject)  # a strict parser's view
+    assert back == {"ece": None, "runs": [1.5, None, {"x": None}], "n": 3, "ok": True, "s": "nan"}
