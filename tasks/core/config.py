@@ -167,10 +167,11 @@ class TrainConfig(_Section):
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the encodings the head reads (0: none)")
     graph: Literal["real", "rewired", "none"] = Field("real", description="ablation: the adjacency the model uses")
     pos_weight: float | None = Field(
-        None,
+        1.0,
         gt=0,
-        description="weight of the fault class in the loss; None: negatives per positive of the training window, "
-        "capped at 50 (ranks well, over-states probabilities); 1: unweighted (calibrated)",
+        description="weight of the fault class in the loss; 1: unweighted (calibrated, and higher PR-AUC on the "
+        "quality yardstick); None: negatives per positive of the training window, capped at 50 (over-states "
+        "probabilities)",
     )
     seed: int = 0
     checkpoint_every: int = Field(1, ge=1)

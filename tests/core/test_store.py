@@ -1,7 +1,7 @@
-import pytest
-
 import json
 import math
+
+import pytest
 
 from tasks.core.store import (
     MANIFEST,

@@ -1,6 +1,7 @@
 """The model's shapes, scoring, and the checkpoint round trip (pure PyTorch, CPU)."""
 
 import numpy as np
+import pytest
 import torch
 
 from tasks.core.topology import load_topology
@@ -104,3 +105,33 @@ def test_dropout_is_in_the_config_only_when_used_and_off_in_eval():
     assert torch.equal(model(x, adj), model(x, adj))  # no dropout when scoring
     model.train()
     assert not torch.equal(model(x, adj), model(x, adj))
+
+
+def test_the_loss_is_unweighted_by_default_and_the_balanced_weight_is_capped(tmp_path):
+    from tasks.core.config import TrainConfig
+    from tasks.core.training.worker import Data
+
+    rng = np.random.default_rng(0)
+    T, N = 40, 5
+    y = np.zeros((T, N), np.int8)
+    y[:20][rng.random((20, N)) < 0.1] = 1  # ~10 positives among the 100 training cells
+    path = tmp_path / "data.npz"
+    np.savez(
+        path,
+        X=rng.random((T, N, 3)).astype(np.float32),
+        y=y,
+        mask=np.ones((T, N), np.int8),
+        indptr=np.array([0, 1, 2, 3, 4, 4]),
+        indices=np.array([1, 2, 3, 4]),
+        train_t=np.arange(20),
+        val_t=np.arange(20, 30),
+    )
+    pos = float(y[:20].sum())
+    cpu = torch.device("cpu")
+    assert TrainConfig().pos_weight == 1.0  # calibrated and higher PR-AUC on the quality yardstick
+    assert Data.load(str(path), cpu, TrainConfig().pos_weight).pos_weight.item() == 1.0
+    assert Data.load(str(path), cpu, None).pos_weight.item() == pytest.approx((100 - pos) / pos)
+    y[:20] = 0
+    y[0, 0] = 1  # one positive in 100: 99 negatives per positive, capped at 50
+    np.savez(path, **{**dict(np.load(path)), "y": y})
+    assert Data.load(str(path), cpu, None).pos_weight.item() == 50.0
