@@ -3,12 +3,14 @@
 import math
 
 import numpy as np
+import pytest
 
 from tasks.core.benchmarks.quality import (
     MODELS,
     bootstrap_mean,
     headroom_closed,
     markdown_table,
+    paired_runs,
     plot_quality,
     quality_report,
     run_record,
@@ -77,3 +79,16 @@ def test_the_report_judges_each_goal_and_names_the_better_model(tmp_path):
     assert "| oracle |" in table and "Headroom closed (PR-AUC): 0.50" in table and "| headroom_closed |" in table
     png = plot_quality(report, tmp_path / "q.png")
     assert png.stat().st_size > 10_000
+
+
+def test_an_ablation_is_paired_with_the_default_run_by_run_and_must_hold_the_same_runs():
+    spec = {"topologies": ["topozoo/T0", "topozoo/T1", "topozoo/T2"], "held_out": ["topozoo/T0"]}
+    default = quality_report(_runs([(0.02, 0.1), (0.04, 0.1), (0.00, 0.1)]), spec)
+    ablation = quality_report(list(reversed(_runs([(0.01, 0.1), (0.05, 0.1), (-0.02, 0.1)]))), spec)  # any order
+    p = paired_runs(default, ablation)
+    assert p["n"] == 3 and p["ahead"] == 2 and math.isclose(p["mean"], (0.01 - 0.01 + 0.02) / 3)
+    assert math.isclose(p["min"], -0.01) and math.isclose(p["max"], 0.02) and p["low"] <= p["mean"] <= p["high"]
+    assert p["same_data"]  # the tree scored the same in both
+    fewer = {**ablation, "runs": ablation["runs"][:2]}
+    with pytest.raises(ValueError, match="same runs"):
+        paired_runs(default, fewer)
