@@ -67,8 +67,13 @@ def _human_summary(s: dict[str, Any], wall: float) -> str:
             label = k.replace("false_alerts_per_element_day", "false_alerts/el-day")
             lines.append(f"  {label:<20}" + "".join(f"{m.get(p + k, float('nan')):>12.4f}" for _, p in cols))
     lines += ["", f"MLflow run: {s.get('mlflow_run_id')}  ({s.get('tracking_uri')})"]
-    if s.get("registered_model"):
-        lines.append(f"registered model: {s['registered_model']}")
+    served = s.get("served") or {}
+    if served:
+        what = f"GBDT + GNN stack, tree weight {served['tree_weight']:g}" if served["kind"] == "stack" else "GNN"
+        pr = served.get("metrics", {}).get("pr_auc", float("nan"))
+        lines.append(
+            f"served model: {what} (held-out PR-AUC {pr:.4f}), {s.get('registered_model') or 'not registered'}"
+        )
     if s.get("data_docs"):
         lines.append(f"GX Data Docs: {s['data_docs']}")
     return "\n".join(lines)

@@ -115,7 +115,9 @@ def publish_links(summary: dict[str, Any]) -> str:
         docs = file_url(summary["data_docs"])
         lines.append(f"- [GX Data Docs]({docs})" if docs else f"- GX Data Docs: `{summary['data_docs']}`")
     if summary.get("registered_model"):
-        lines.append(f"- registered model `{summary['registered_model']}`")
+        served = summary.get("served") or {}
+        what = f"the stack, tree weight {served['tree_weight']:g}" if served.get("kind") == "stack" else "the GNN"
+        lines.append(f"- registered model `{summary['registered_model']}` (serves {what})")
     text = "\n".join(lines) + "\n"
     publish_markdown("run-links", text, "MLflow and GX links")
     return text

@@ -182,21 +182,25 @@ def _log_training(tr: Tracker, run_id: str, train: StageResult) -> None:
     )
 
 
-def _log_model(
-    cfg: FaultlineConfig, tr: Tracker, run_id: str, train: StageResult, metrics: dict[str, float]
-) -> str | None:
+def _log_model(cfg: FaultlineConfig, tr: Tracker, run_id: str, stages: dict[str, StageResult]) -> str | None:
+    """Log the served predictor evaluation wrote (the GBDT + GNN stack, or the GNN alone) as a ``pyfunc`` model,
+    registered under ``evaluate.model_name`` with the held-out figures of what it serves."""
     import numpy as np
-    import torch
 
-    from tasks.core.training.model import ScoringModel, load_model, normalised_adjacency, windows_at
+    from tasks.core.stages.pyfunc import PyfuncPredictor
+    from tasks.core.stages.serving import SERVED, FaultPredictor
 
-    model, ck = load_model(train.path / "model.pt")
-    d = np.load(train.path / "data.npz")
-    adj = normalised_adjacency(d["indptr"], d["indices"], d["X"].shape[1])
-    example = windows_at(torch.from_numpy(d["X"]), torch.as_tensor(d["test_t"][:2]), ck["window"])
+    served = stages["evaluate"].path / "served"  # written by this code's evaluation (a code change re-runs it)
+    spec = json.loads((served / SERVED).read_text())
+    example = np.zeros((1, *FaultPredictor(served).shape), np.float32)  # the signature: one raw window
+    what = f"GBDT + GNN stack, tree weight {spec['tree_weight']:g}" if spec["kind"] == "stack" else "graph model"
     name = cfg.evaluate.model_name if cfg.evaluate.register_model else None
-    weights = hashlib.sha256((train.path / "model.pt").read_bytes()).hexdigest()
-    return tr.log_torch_model(run_id, ScoringModel(model, adj), example, name, weights, metrics)
+    digest = hashlib.sha256()
+    for f in sorted(served.iterdir()):
+        digest.update(f.name.encode() + f.read_bytes())
+    return tr.log_served_model(
+        run_id, served, PyfuncPredictor(), example, name, digest.hexdigest(), spec["metrics"], what
+    )
 
 
 @task(name="record-run", **TASK_OPTIONS)
@@ -221,7 +225,7 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]
         tr.log_metrics(run_id, held_out)
         for p in stages["evaluate"]["plots"].values():
             tr.log_artifact(run_id, stages["evaluate"].path / "plots" / p, "plots")
-        version = _log_model(cfg, tr, run_id, stages["train"], held_out)
+        version = _log_model(cfg, tr, run_id, stages)
     if version:
         tags["registered_model"] = f"{cfg.evaluate.model_name}/{version}"
     tr.set_tags(run_id, tags)
@@ -239,6 +243,7 @@ def stage_summary(stages: dict[str, StageResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"stages": {k: v.public() for k, v in stages.items()}}
     if "evaluate" in stages:
         out["metrics"] = summary_metrics(stages["evaluate"]["results"])
+        out["served"] = stages["evaluate"].get("served")  # what the registry serves: the stack or the GNN
     if "validate" in stages and stages["validate"].get("data_docs_rel"):
         out["data_docs"] = str(stages["validate"].path / stages["validate"]["data_docs_rel"])
     return out

@@ -209,7 +209,9 @@ class EvaluateConfig(_Section):
         1.0, gt=0, description="the alert budget: each model's threshold is chosen on validation to stay within it"
     )
     stack: bool = Field(
-        True, description="also score the GBDT + GNN stack: a blend of the two, its weight chosen on validation"
+        True,
+        description="score the GBDT + GNN stack (a blend, its weight chosen on validation) and serve it: the "
+        "registered model; false: the graph model alone is served",
     )
     tree_device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where the tuned XGBoost baseline and the oracles fit: auto takes the GPU where usable"

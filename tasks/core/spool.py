@@ -35,7 +35,7 @@ IDS = "ids.json"  # provisional -> real run ids over all journals (a crash mark 
 PROBE_TIMEOUT_S = 5.0
 # the Tracker methods that write to a run (journaled while the server is down)
 TRACKED = frozenset(
-    ("start_run", "log_params", "log_metrics", "set_tags", "log_artifact", "log_artifacts", "log_torch_model",
+    ("start_run", "log_params", "log_metrics", "set_tags", "log_artifact", "log_artifacts", "log_served_model",
      "end_run", "reopen_run")
 )  # fmt: skip
 
@@ -191,13 +191,13 @@ class ResilientTracker:
         now = int(time.time() * 1000)
         if method == "start_run":
             kwargs = {**kwargs, "start_time_ms": now, "provisional": PROVISIONAL + uuid.uuid4().hex}
-        if method in ("log_artifact", "log_artifacts"):
+        if method in ("log_artifact", "log_artifacts", "log_served_model"):
             kwargs = {**kwargs, "path": self.journal.keep(kwargs["path"])}
         if method == "log_metrics":
             kwargs = {**kwargs, "timestamp_ms": now}
         if method == "end_run":
             kwargs = {**kwargs, "end_time_ms": now}
-        if method == "log_torch_model":
+        if method == "log_served_model":
             import torch
 
             rel = f"files/model-{uuid.uuid4().hex[:8]}.pt"
@@ -291,7 +291,7 @@ def _deliver(tr: Any, method: str, kw: dict[str, Any], known: dict[str, str], id
     kw["run_id"] = known.get(kw["run_id"], kw["run_id"])
     if "path" in kw:
         kw["path"] = base / kw["path"]
-    if method == "log_torch_model":
+    if method == "log_served_model":
         import torch
 
         saved = torch.load(base / kw.pop("saved"), weights_only=False)

@@ -111,34 +111,50 @@ class Tracker:
     def log_artifacts(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifacts(run_id, str(path), artifact_path)
 
-    def log_torch_model(
+    def log_served_model(
         self,
         run_id: str,
+        path: Path,
         model,
         example,
         registered_name: str | None,
         weights: str | None = None,
         metrics: dict[str, float] | None = None,
+        what: str = "model",
     ) -> str | None:
-        """Log a serving model with its signature; register it when a name is given. Returns the version."""
-        import mlflow.pytorch
-        import torch
+        """Log a ``pyfunc`` model (``model``, a ``PythonModel``) whose one artifact ``served`` is the directory
+        ``path``, with the signature of ``example`` and its output; register it when a name is given."""
+        import mlflow.pyfunc
         from mlflow.models import infer_signature
 
-        model.eval()
-        with torch.no_grad():
-            out = model(example)
-        signature = infer_signature(example.numpy(), out.numpy())
-        with self.mlflow.start_run(run_id=run_id):
-            info = mlflow.pytorch.log_model(model, name="model", signature=signature, serialization_format="pickle")
-            held_out = {k: float(v) for k, v in (metrics or {}).items() if v == v}  # nan dropped
-            if held_out:  # the logged model carries its held-out evaluation, not the run's first epoch
-                self.mlflow.log_metrics(held_out, run_id=run_id, model_id=info.model_id)
-        return (
-            self.register(info.model_uri, registered_name, run_id, weights, metrics or {}) if registered_name else None
-        )
+        class Context:
+            artifacts = {"served": str(path)}
 
-    def register(self, model_uri: str, name: str, run_id: str, weights: str | None, metrics: dict[str, float]) -> str:
+        probe = type(model)()  # a fresh instance: ``model`` is logged as given, without what loading adds
+        probe.load_context(Context())
+        signature = infer_signature(example, probe.predict(Context(), example))
+        with self.mlflow.start_run(run_id=run_id):
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=model,
+                artifacts={"served": str(path)},
+                signature=signature,
+                pip_requirements=_requirements("mlflow", "numpy", "torch", "xgboost"),
+            )
+        return self._logged(run_id, info, registered_name, weights, metrics, what)
+
+    def _logged(self, run_id, info, registered_name, weights, metrics, what: str) -> str | None:
+        """The held-out evaluation on the logged model (not the run's first epoch); the registry version."""
+        held_out = {k: float(v) for k, v in (metrics or {}).items() if v == v}  # nan dropped
+        if held_out:
+            self.mlflow.log_metrics(held_out, run_id=run_id, model_id=info.model_id)
+        if not registered_name:
+            return None
+        return self.register(info.model_uri, registered_name, run_id, weights, metrics or {}, what)
+
+    def register(
+        self, model_uri: str, name: str, run_id: str, weights: str | None, metrics: dict[str, float], what: str
+    ) -> str:
         """One registry version per distinct weights (a rerun over cached training registers nothing new); the
         ``champion`` alias moves to a new version only when it beats the current one on held-out PR-AUC."""
         from mlflow.exceptions import MlflowException
@@ -148,11 +164,12 @@ class Tracker:
                 if v.tags.get("weights_sha256") == weights:
                     return str(v.version)
         pr_auc = float(metrics.get("pr_auc", float("nan")))
-        mv = self.mlflow.register_model(model_uri, name, tags={"weights_sha256": weights or "", "pr_auc": str(pr_auc)})
+        tags = {"weights_sha256": weights or "", "pr_auc": str(pr_auc), "serves": what}
+        mv = self.mlflow.register_model(model_uri, name, tags=tags)
         self.client.update_model_version(
             name,
             mv.version,
-            description=f"Fault-prediction graph model from MLflow run {run_id}: held-out PR-AUC {pr_auc:.4f} "
+            description=f"Fault prediction ({what}) from MLflow run {run_id}: held-out PR-AUC {pr_auc:.4f} "
             f"(tree baseline {float(metrics.get('baseline_pr_auc', float('nan'))):.4f}).",
         )
         try:
@@ -183,3 +200,12 @@ def numeric_leaves(data: dict[str, Any], skip: tuple[str, ...] = ("hardware", "r
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[str(key)] = value
     return out
+
+
+def _requirements(*modules: str) -> list[str]:
+    """``distribution==version`` of the installed distribution of each module (xgboost comes as ``xgboost``,
+    ``xgboost-cpu`` or ``xgboost-cu13``): what a served model needs, without MLflow's slow inference."""
+    from importlib.metadata import packages_distributions, version
+
+    dists = packages_distributions()
+    return [f"{d}=={version(d)}" for m in modules for d in dists.get(m, [m])[:1]]

@@ -34,7 +34,7 @@ def test_pipeline_runs_every_stage(first_run):
     # the simulated exports carry the simulator's hidden state: the oracles (own state, full state) are fitted
     assert 0 <= m["oracle_pr_auc"] <= 1 and 0 <= m["oracle_own_pr_auc"] <= 1 and m["baseline_gpu"] == 0
     assert m["baseline_iterations"] >= 1 and m["baseline_max_depth"] in (4, 6, 8)
-    assert "held-out metrics" in proc.stdout and "MLflow run" in proc.stdout
+    assert "held-out metrics" in proc.stdout and "MLflow run" in proc.stdout and "served model: " in proc.stdout
 
 
 def test_mlflow_holds_the_run(first_run):
@@ -55,7 +55,20 @@ def test_mlflow_holds_the_run(first_run):
     report = Path(client.download_artifacts(run.info.run_id, "features/dask-performance.html", str(root / "dl")))
     page = report.read_text()  # Dask's performance report, self-contained: no script from a CDN
     assert "Dask Performance Report" in page and "cdn.bokeh.org" not in page, page[:500]
-    assert client.get_latest_versions("faultline-fault-gnn")
+    import mlflow.pyfunc
+    import numpy as np
+
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    served = mlflow.pyfunc.load_model("models:/faultline-fault-gnn@champion")  # what a NOC loads and scores with
+    shape = served.metadata.get_input_schema().inputs[0].shape  # (-1, window, elements, features): raw values
+    p = served.predict(np.full((2, *shape[1:]), np.nan, np.float32))  # every value missing: still a probability
+    assert p.shape == (2, shape[2]) and ((p >= 0) & (p <= 1)).all()
+    kind = summary["served"]["kind"]
+    assert (
+        kind in ("stack", "model")
+        and summary["served"]["metrics"]["pr_auc"]
+        == summary["metrics"]["stack_pr_auc" if kind == "stack" else "pr_auc"]
+    )
     system = {k for k in run.data.metrics if k.startswith("system/")}  # MLflow's SystemMetricsMonitor: the tab
     assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= system, system
     assert len(client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")) >= 2

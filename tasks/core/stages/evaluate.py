@@ -13,6 +13,7 @@ import torch
 from tasks.core.config import EvaluateConfig
 from tasks.core.metrics import classification_metrics, lead_times
 from tasks.core.stages.baselines import fit_tree, oracle_scores, read_hidden, stack_scores
+from tasks.core.stages.serving import write_served
 from tasks.core.topology import Topology
 from tasks.core.training.model import load_model, normalised_adjacency, score_snapshots
 from tasks.core.yardstick import alert_quality, calibration_error, event_leads, recall_difference, threshold_for_budget
@@ -94,8 +95,7 @@ def evaluate(
     lap("tree_predict")
     hidden = read_hidden(raw) if raw else None
     oracles = oracle_scores(hidden, topo, df, (train, val, span), seed, cfg.tree_device) if hidden else {}
-    if oracles:
-        lap("oracles")
+    _ = oracles and lap("oracles")
     grid = model_scores(model_path, data_path, ts)
     scores = {"model": grid[t_idx[span] - ts[0], e_idx[span]], **scores, "rule": rule_scores(rows)}
     val_rows = (t_idx[span] < test_t[0] - horizon) & usable[span]  # validation, its last horizon purged
@@ -112,6 +112,7 @@ def evaluate(
     lap("metrics")
     return {
         "timings_s": lap.seconds,
+        "served": (tree, stack["tree_weight"] if stack else 0.0),  # what the registry serves: the stack, or the GNN
         "y": rows.loc[test, "label"].to_numpy().astype(int),
         "results": results,
         "rule": RULE,
@@ -276,6 +277,8 @@ def evaluate_stage(
     plots = plot_evaluation(ev, out / "plots")
     results = {k: r["metrics"] for k, r in ev["results"].items()}
     (out / "metrics.json").write_text(json.dumps(results, indent=1))
+    tree, weight = ev["served"]
+    served = write_served(out / "served", train_dir, names, tree, weight, served_metrics(results, weight))
     return {
         "rows_in": ev["test_rows"],
         "rows_out": ev["test_rows"],
@@ -284,7 +287,18 @@ def evaluate_stage(
         "test_window": ev["test_window"],
         "timings_s": ev["timings_s"],
         "plots": {k: p.name for k, p in plots.items()},
+        "served": {k: v for k, v in served.items() if k != "features"},
     }
+
+
+def served_metrics(results: dict[str, Any], tree_weight: float) -> dict[str, float]:
+    """The held-out figures of what is served (the stack where the tree has weight, else the GNN), with the tree's
+    PR-AUC beside them: what the registry's ``champion`` rule compares."""
+    own = results["stack" if tree_weight > 0 else "model"]
+    keep = ("pr_auc", "roc_auc", "event_recall", "median_lead_min", "calibration_error")
+    out = {k: own[k] for k in keep if isinstance(own.get(k), (int, float))}
+    out["baseline_pr_auc"] = results["tree"]["pr_auc"]
+    return out
 
 
 def summary_metrics(results: dict[str, Any]) -> dict[str, float]:
