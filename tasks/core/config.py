@@ -166,6 +166,7 @@ class TrainConfig(_Section):
     window: int = Field(6, ge=1, description="temporal window fed to the encoder (samples)")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the encodings the head reads (0: none)")
     graph: Literal["real", "rewired", "none"] = Field("real", description="ablation: the adjacency the model uses")
+    temporal_graph: bool = Field(False, description="message passing at every step of the window too (over time)")
     pos_weight: float | None = Field(
         1.0,
         gt=0,

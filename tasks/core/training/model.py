@@ -54,20 +54,33 @@ class GraphLayer(nn.Module):
 
 
 class FaultGNN(nn.Module):
-    def __init__(self, n_features: int, hidden: int = 32, layers: int = 2, dropout: float = 0.0) -> None:
+    """Per element: input encoding -> GRU over the window -> ``layers`` rounds of message passing on the last
+    state (``layers`` hops) -> head on [own state, graph state]. With ``temporal_graph``, one round of message
+    passing also runs at every step of the window before the GRU, so an element's encoder reads its neighbours'
+    histories, not only their last state (propagation over time)."""
+
+    def __init__(
+        self, n_features: int, hidden: int = 32, layers: int = 2, dropout: float = 0.0, temporal_graph: bool = False
+    ) -> None:
         super().__init__()
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.inp = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU())
+        self.step_graph = GraphLayer(hidden) if temporal_graph else None
         self.temporal = nn.GRU(hidden, hidden, batch_first=True)
         self.graph = nn.ModuleList(GraphLayer(hidden) for _ in range(layers))
         self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
         self.config = {"n_features": n_features, "hidden": hidden, "layers": layers}
         if dropout > 0:  # (a model without dropout keeps the config older checkpoints have)
             self.config["dropout"] = dropout
+        if temporal_graph:
+            self.config["temporal_graph"] = True
 
     def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
         b, w, e, f = x.shape
-        h = self.inp(x).permute(0, 2, 1, 3).reshape(b * e, w, -1)
+        h = self.inp(x)  # [b, w, e, d]
+        if self.step_graph is not None:  # every step of every window at once: [b * w, e, d]
+            h = self.step_graph(h.reshape(b * w, e, -1), adj).reshape(b, w, e, -1)
+        h = h.permute(0, 2, 1, 3).reshape(b * e, w, -1)
         _, last = self.temporal(h)
         local = last[-1].reshape(b, e, -1)
         g = local

@@ -209,7 +209,9 @@ def setup(spec: dict) -> dict:
     torch.manual_seed(cfg["seed"])
     np.random.seed(cfg["seed"])
     data = Data.load(spec["data"], device, cfg.get("pos_weight"))
-    model = FaultGNN(data.x.shape[2], cfg["hidden"], cfg["layers"], cfg.get("dropout", 0.0)).to(device)
+    model = FaultGNN(
+        data.x.shape[2], cfg["hidden"], cfg["layers"], cfg.get("dropout", 0.0), cfg.get("temporal_graph", False)
+    ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"] * comm.size)  # [dist] LR scaled by world size
     net, optimizer = comm.wrap(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg["epochs"])

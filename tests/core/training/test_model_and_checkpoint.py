@@ -135,3 +135,31 @@ def test_the_loss_is_unweighted_by_default_and_the_balanced_weight_is_capped(tmp
     y[0, 0] = 1  # one positive in 100: 99 negatives per positive, capped at 50
     np.savez(path, **{**dict(np.load(path)), "y": y})
     assert Data.load(str(path), cpu, None).pos_weight.item() == 50.0
+
+
+def test_temporal_graph_reads_neighbours_histories_one_hop_per_step(tmp_path):
+    topo, adj = _adj()
+    indptr, indices = topo.csr()
+    i = 0
+    nbrs = set(indices[indptr[i] : indptr[i + 1]].tolist())
+    two_hops = {int(k) for j in nbrs for k in indices[indptr[j] : indptr[j + 1]]} - nbrs - {i}
+    j, k = min(nbrs), min(two_hops)
+    x = torch.randn(1, 4, topo.n, 5)
+    moved = {n: x.clone() for n in (j, k)}
+    for n in (j, k):
+        moved[n][0, 0, n] += 3.0  # an element's first step of the window, not its last
+
+    def effect(model, n):
+        with torch.no_grad():
+            return (model(moved[n], adj)[0, i] - model(x, adj)[0, i]).abs().item()
+
+    torch.manual_seed(0)
+    over_time = FaultGNN(5, hidden=8, layers=0, temporal_graph=True).eval()
+    torch.manual_seed(0)
+    last_only = FaultGNN(5, hidden=8, layers=0).eval()
+    assert effect(over_time, j) > 1e-4  # a neighbour's history reaches the element's encoder
+    assert effect(over_time, k) == 0.0  # one hop per step: two hops away does not
+    assert effect(last_only, j) == 0.0  # without message passing, nothing of the neighbour
+    torch.save({"model": over_time.state_dict(), "config": over_time.config, "window": 4}, tmp_path / "m.pt")
+    loaded, _ = load_model(tmp_path / "m.pt")
+    torch.testing.assert_close(loaded(x, adj), over_time(x, adj))
