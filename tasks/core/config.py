@@ -167,6 +167,7 @@ class TrainConfig(_Section):
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the encodings the head reads (0: none)")
     graph: Literal["real", "rewired", "none"] = Field("real", description="ablation: the adjacency the model uses")
     temporal_graph: bool = Field(False, description="message passing at every step of the window too (over time)")
+    hazard_steps: int = Field(0, ge=0, description="0: a label head; K: a discrete-time hazard over K steps ahead")
     pos_weight: float | None = Field(
         1.0,
         gt=0,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -57,10 +58,23 @@ class FaultGNN(nn.Module):
     """Per element: input encoding -> GRU over the window -> ``layers`` rounds of message passing on the last
     state (``layers`` hops) -> head on [own state, graph state]. With ``temporal_graph``, one round of message
     passing also runs at every step of the window before the GRU, so an element's encoder reads its neighbours'
-    histories, not only their last state (propagation over time)."""
+    histories, not only their last state (propagation over time).
+
+    The head gives one logit, P(fault within the label's horizon); with ``hazard_steps`` K it gives instead a
+    discrete-time hazard over the next K steps, h_k = P(onset at step k | none before), and the label's logit is
+    derived from the first ``label_steps`` of it: P = 1 - prod_k (1 - h_k). ``forward`` returns the label's logit
+    either way (scoring, validation and serving are unchanged); ``forward(..., hazard=True)`` the K hazard logits.
+    """
 
     def __init__(
-        self, n_features: int, hidden: int = 32, layers: int = 2, dropout: float = 0.0, temporal_graph: bool = False
+        self,
+        n_features: int,
+        hidden: int = 32,
+        layers: int = 2,
+        dropout: float = 0.0,
+        temporal_graph: bool = False,
+        hazard_steps: int = 0,
+        label_steps: int = 12,
     ) -> None:
         super().__init__()
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
@@ -68,14 +82,17 @@ class FaultGNN(nn.Module):
         self.step_graph = GraphLayer(hidden) if temporal_graph else None
         self.temporal = nn.GRU(hidden, hidden, batch_first=True)
         self.graph = nn.ModuleList(GraphLayer(hidden) for _ in range(layers))
-        self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, max(1, hazard_steps)))
+        self.hazard_steps, self.label_steps = hazard_steps, min(label_steps, max(1, hazard_steps))
         self.config = {"n_features": n_features, "hidden": hidden, "layers": layers}
-        if dropout > 0:  # (a model without dropout keeps the config older checkpoints have)
+        if dropout > 0:  # (a model without these keeps the config older checkpoints have)
             self.config["dropout"] = dropout
         if temporal_graph:
             self.config["temporal_graph"] = True
+        if hazard_steps:
+            self.config.update(hazard_steps=hazard_steps, label_steps=label_steps)
 
-    def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, adj: torch.Tensor, hazard: bool = False) -> torch.Tensor:
         b, w, e, f = x.shape
         h = self.inp(x)  # [b, w, e, d]
         if self.step_graph is not None:  # every step of every window at once: [b * w, e, d]
@@ -86,7 +103,30 @@ class FaultGNN(nn.Module):
         g = local
         for layer in self.graph:
             g = layer(g, adj)
-        return self.head(self.drop(torch.cat([local, g], dim=-1))).squeeze(-1)  # [batch, elements] logits
+        out = self.head(self.drop(torch.cat([local, g], dim=-1)))  # [batch, elements, K]
+        if hazard or not self.hazard_steps:
+            return out if hazard else out.squeeze(-1)  # [batch, elements] logits without a hazard head
+        return label_logit(out[..., : self.label_steps])
+
+
+def label_logit(hazard_logits: torch.Tensor) -> torch.Tensor:
+    """[..., H] hazard logits -> [...] the logit of P(onset within the H steps) = 1 - prod (1 - h_k), computed in
+    log space (float32): log S = sum log sigmoid(-h); logit = log(1 - S) - log S."""
+    log_s = F.logsigmoid(-hazard_logits.float()).sum(-1)
+    return torch.log((-torch.expm1(log_s)).clamp_min(1e-30)) - log_s
+
+
+def hazard_loss(hazard_logits: torch.Tensor, ttf: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
+    """Discrete-time survival loss per cell: [b, e, K] logits; ``ttf`` [b, e] steps to the next onset (-1: none in
+    the data); ``remaining`` [b, 1] steps of data after each snapshot (censoring). An onset at step m <= K: -log h_m
+    - sum_{k<m} log(1 - h_k); otherwise survival over every step known: -sum_{k <= min(K, known)} log(1 - h_k)."""
+    k = torch.arange(1, hazard_logits.shape[-1] + 1, device=hazard_logits.device)
+    ttf = ttf.long()
+    known = torch.where(ttf >= 1, ttf, remaining.long() + 1)  # steps k < known were survived
+    z = hazard_logits.float()
+    event = (k == ttf[..., None]).float()
+    survived = (k < known[..., None]).float()
+    return -(event * F.logsigmoid(z) + survived * F.logsigmoid(-z)).sum(-1)
 
 
 def windows_at(x: torch.Tensor, t: torch.Tensor, window: int) -> torch.Tensor:

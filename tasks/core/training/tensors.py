@@ -90,6 +90,18 @@ def model_graph(topo: Topology, graph: str = "real", seed: int = 0) -> tuple[np.
     return dataclasses.replace(topo, edges=tuple(edges)).csr()
 
 
+def steps_to_onset(in_fault: np.ndarray) -> np.ndarray:
+    """[T, E] in_fault -> steps from each step to the element's next fault onset strictly after it (an onset: the
+    first step of a fault episode), or -1 where none follows in the data (censored): the hazard model's target."""
+    n_t = in_fault.shape[0]
+    onset = np.zeros(in_fault.shape, bool)
+    onset[1:] = (in_fault[1:] > 0) & (in_fault[:-1] == 0)
+    at = np.where(onset, np.arange(n_t)[:, None], n_t)
+    next_at = np.minimum.accumulate(at[::-1], axis=0)[::-1]  # the first onset at or after each step
+    after = np.vstack([next_at[1:], np.full((1, in_fault.shape[1]), n_t)])  # strictly after
+    return np.where(after < n_t, after - np.arange(n_t)[:, None], -1).astype(np.int32)
+
+
 def prepare_tensors(
     features_dir: Path,
     topo: Topology,
@@ -100,9 +112,11 @@ def prepare_tensors(
     threads: int | None = None,
     graph: str = "real",
     seed: int = 0,
+    horizon_minutes: float = 60.0,
 ) -> dict[str, Any]:
-    """features Parquet -> X [T, E, F] (standardised on the train window), y and mask [T, E], and the adjacency the
-    model uses (``graph``: real, rewired or none; ``model_graph``)."""
+    """features Parquet -> X [T, E, F] (standardised on the train window), y and mask [T, E], the steps to the next
+    fault onset (``steps_to_onset``) and the label's horizon in steps, and the adjacency the model uses (``graph``:
+    real, rewired or none; ``model_graph``)."""
     table = pq.read_table(features_dir, columns=["element_id", "timestamp", *names, "label", "in_fault"])
     ts = _micros(table.column("timestamp"))
     times = np.sort(pc.unique(ts).to_numpy())
@@ -122,6 +136,8 @@ def prepare_tensors(
     filled = np.zeros(n_t * n_e, dtype=bool)
     filled[cell] = True
     y, mask = y.reshape(n_t, n_e), mask.reshape(n_t, n_e)
+    ttf = steps_to_onset((filled.reshape(n_t, n_e) & (mask == 0)).astype(np.int8))
+    step_min = float(np.median(np.diff(times))) / 60e6 if n_t > 1 else 5.0
     indptr, indices = model_graph(topo, graph, seed)
     first = window - 1
     np.savez(
@@ -137,6 +153,8 @@ def prepare_tensors(
         mean=mu,
         std=sd,
         times=times,
+        ttf=ttf,
+        label_steps=max(1, int(round(horizon_minutes / step_min))),
     )
     return {
         "times": n_t,

@@ -27,7 +27,7 @@ from tasks.core.metrics import pr_auc
 from tasks.core.store import write_json_atomic
 from tasks.core.training.checkpoint import load_latest, save_checkpoint
 from tasks.core.training.comm import make_comm
-from tasks.core.training.model import FaultGNN, normalised_adjacency, score_snapshots, windows_at
+from tasks.core.training.model import FaultGNN, hazard_loss, normalised_adjacency, score_snapshots, windows_at
 from tasks.core.training.profiling import StepProfiler, StepTimer
 
 
@@ -70,6 +70,8 @@ class Data:
     train_t: np.ndarray
     val_t: np.ndarray
     pos_weight: torch.Tensor
+    ttf: torch.Tensor | None = None  # steps to the next onset (-1: none), the hazard head's target
+    label_steps: int = 12
 
     @classmethod
     def load(cls, path: str, device: torch.device, pos_weight: float | None = None) -> Data:
@@ -87,6 +89,8 @@ class Data:
             train_t=train_t,
             val_t=d["val_t"],
             pos_weight=torch.tensor(pos_weight or min(50.0, neg / max(pos, 1.0)), device=device),
+            ttf=torch.from_numpy(d["ttf"]).to(device) if "ttf" in d else None,
+            label_steps=int(d["label_steps"]) if "label_steps" in d else 12,
         )
 
 
@@ -134,11 +138,8 @@ def train_epoch(epoch: int, run: dict, timer: StepTimer, profiler: StepProfiler 
         xb, yb, mb = windows_at(data.x, tb, cfg["window"]), data.y[tb], data.mask[tb]  # gathered on the device
         timer.mark(1)
         with torch.autocast(data.x.device.type, dtype=torch.bfloat16, enabled=run["bf16"]):
-            logits = net(xb, data.adj)
-        per_element = F.binary_cross_entropy_with_logits(
-            logits.float(), yb, pos_weight=data.pos_weight, reduction="none"
-        )
-        loss = (per_element * mb).sum() / mb.sum().clamp_min(1.0)
+            logits = net(xb, data.adj, hazard=run["hazard"])
+        loss = (cell_loss(logits, tb, yb, data, run["hazard"]) * mb).sum() / mb.sum().clamp_min(1.0)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -148,6 +149,14 @@ def train_epoch(epoch: int, run: dict, timer: StepTimer, profiler: StepProfiler 
             profiler.step()
         run["beat"](epoch, step, steps)
     return float(loss_sum), started
+
+
+def cell_loss(logits: torch.Tensor, tb: torch.Tensor, yb: torch.Tensor, data: Data, hazard: bool) -> torch.Tensor:
+    """[b, e] loss per cell: the label's BCE, or with the hazard head the survival loss over its K steps."""
+    if not hazard:
+        return F.binary_cross_entropy_with_logits(logits.float(), yb, pos_weight=data.pos_weight, reduction="none")
+    remaining = (data.x.shape[0] - 1 - tb)[:, None]  # steps of data after each snapshot: censoring
+    return hazard_loss(logits, data.ttf[tb], remaining)
 
 
 def validate(run: dict, row: dict) -> None:
@@ -209,9 +218,13 @@ def setup(spec: dict) -> dict:
     torch.manual_seed(cfg["seed"])
     np.random.seed(cfg["seed"])
     data = Data.load(spec["data"], device, cfg.get("pos_weight"))
+    hazard = int(cfg.get("hazard_steps", 0))
+    if hazard and data.ttf is None:
+        raise ValueError(f"{spec['data']}: train.hazard_steps={hazard} needs the steps to onset (ttf), not in it")
     model = FaultGNN(
-        data.x.shape[2], cfg["hidden"], cfg["layers"], cfg.get("dropout", 0.0), cfg.get("temporal_graph", False)
-    ).to(device)
+        data.x.shape[2], cfg["hidden"], cfg["layers"], cfg.get("dropout", 0.0), cfg.get("temporal_graph", False),
+        hazard, data.label_steps,
+    ).to(device)  # fmt: skip
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"] * comm.size)  # [dist] LR scaled by world size
     net, optimizer = comm.wrap(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg["epochs"])
@@ -227,6 +240,7 @@ def setup(spec: dict) -> dict:
         "per_rank": per_rank,
         "steps": max(1, math.ceil(per_rank / cfg["batch_size"])),
         "bf16": bool(cfg["bf16"] and device.type == "cuda"),
+        "hazard": hazard > 0,
         "beat": heartbeat(Path(spec["out"]) / "heartbeat.json", cfg["epochs"], comm.rank),
     }
 

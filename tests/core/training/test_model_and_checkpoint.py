@@ -163,3 +163,24 @@ def test_temporal_graph_reads_neighbours_histories_one_hop_per_step(tmp_path):
     torch.save({"model": over_time.state_dict(), "config": over_time.config, "window": 4}, tmp_path / "m.pt")
     loaded, _ = load_model(tmp_path / "m.pt")
     torch.testing.assert_close(loaded(x, adj), over_time(x, adj))
+
+
+def test_the_hazard_head_gives_the_label_from_its_first_steps_and_a_survival_loss():
+    from tasks.core.training.model import hazard_loss, label_logit
+
+    topo, adj = _adj()
+    torch.manual_seed(0)
+    model = FaultGNN(5, hidden=8, layers=1, hazard_steps=6, label_steps=3).eval()
+    x = torch.randn(2, 4, topo.n, 5)
+    h = model(x, adj, hazard=True)
+    assert h.shape == (2, topo.n, 6)
+    p = 1 - torch.prod(1 - torch.sigmoid(h[..., :3]), dim=-1)  # P(onset within 3 steps), directly
+    torch.testing.assert_close(torch.sigmoid(model(x, adj)), p)
+    torch.testing.assert_close(torch.sigmoid(label_logit(torch.full((1, 3), -30.0))), torch.tensor([3 * 9.3576e-14]))
+    z = torch.tensor([[[0.3, -0.2, 1.0, 0.5]]] * 3).reshape(3, 1, 4)  # three cells, K = 4
+    ttf = torch.tensor([[2], [-1], [9]])  # an onset at step 2; none in the data; one beyond the horizon
+    remaining = torch.tensor([[10], [2], [10]])  # the second cell's data ends 2 steps later: censored there
+    got = hazard_loss(z, ttf, remaining)[:, 0]
+    ls = torch.nn.functional.logsigmoid
+    want = [-(ls(-z[0, 0, 0]) + ls(z[0, 0, 1])), -(ls(-z[1, 0, :2]).sum()), -(ls(-z[2, 0]).sum())]
+    torch.testing.assert_close(got, torch.stack(want))

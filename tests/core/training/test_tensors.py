@@ -92,3 +92,30 @@ def test_the_rewired_graph_keeps_every_degree_and_moves_the_links():
     assert np.array_equal(model_graph(topo, "rewired", seed=1)[1], idx)  # seeded
     none_ptr, none_idx = model_graph(topo, "none")
     assert len(none_idx) == 0 and len(none_ptr) == topo.n + 1 and not none_ptr.any()
+
+
+def test_steps_to_the_next_onset_for_the_hazard_head():
+    from tasks.core.training.tensors import steps_to_onset
+
+    in_fault = np.array([[0, 1], [0, 1], [1, 0], [1, 0], [0, 0], [0, 1], [1, 1]], dtype=np.int8)  # [T=7, E=2]
+    ttf = steps_to_onset(in_fault)
+    # element 0: onsets at steps 2 and 6; element 1: at step 5 (already in fault at step 0: no onset there)
+    assert ttf[:, 0].tolist() == [2, 1, 4, 3, 2, 1, -1]
+    assert ttf[:, 1].tolist() == [5, 4, 3, 2, 1, -1, -1]
+
+
+def test_the_label_is_an_onset_within_the_horizon_of_the_stored_steps(tiny_features, tmp_path):
+    """On real features: a row's label is 1 exactly when the next onset is 1..label_steps steps ahead."""
+    from tasks.core.config import load_config
+    from tasks.core.stages.features import feature_names
+
+    topo = Topology.read(tiny_features / "topology.json")
+    names = feature_names(load_config("local").features)
+    prepare_tensors(tiny_features / "features", topo, names, 3, 0.25, tmp_path / "d.npz", horizon_minutes=60)
+    d = np.load(tmp_path / "d.npz")
+    assert int(d["label_steps"]) == 12  # 60 minutes of 5-minute samples
+    usable = d["mask"] > 0
+    ahead = (d["ttf"] >= 1) & (d["ttf"] <= 12)
+    assert d["y"][usable].sum() > 0
+    agree = (d["y"][usable] == ahead[usable]).mean()
+    assert agree > 0.995, agree  # (a quarantined row inside a fault episode can look like an onset)

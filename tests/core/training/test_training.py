@@ -196,3 +196,20 @@ def test_each_other_hosts_rank_0_logs_its_system_metrics_under_its_node_id(data,
         assert not any(k.count("/") > 2 for k in keys)  # one node id, not one per rank
     else:
         assert not node_keys
+
+
+def test_the_hazard_head_trains_on_two_ranks_and_scores_the_label(data, tmp_path):
+    import torch
+
+    from tasks.core.training.model import load_model, normalised_adjacency, score_snapshots
+
+    hist = _train(data, tmp_path / "hazard", extra=["train.hazard_steps=24"])
+    assert hist[-1]["train_loss"] < hist[0]["train_loss"]  # the survival loss falls
+    model, ck = load_model(tmp_path / "hazard" / "model.pt")
+    assert (model.hazard_steps, model.label_steps) == (24, 12)
+    d = np.load(data)
+    adj = normalised_adjacency(d["indptr"], d["indices"], d["X"].shape[1])
+    p = score_snapshots(model, torch.from_numpy(d["X"]), adj, d["test_t"], ck["window"]).numpy()
+    assert np.isfinite(p).all() and ((p > 0) & (p < 1)).all()  # the label's P, from the hazard's first hour
+    y, m = d["y"][d["test_t"]], d["mask"][d["test_t"]] > 0
+    assert p[m & (y == 1)].mean() > p[m & (y == 0)].mean()  # it ranks the faults ahead
