@@ -123,7 +123,10 @@ def quality_task(cfg: FaultlineConfig, runs: list[dict[str, Any]]) -> dict[str, 
         "days": size.quality_days,
         "profile": cfg.profile,
         "dynamics": cfg.workload.dynamics,
-        "model": {k: getattr(cfg.train, k) for k in ("graph", "dropout", "pos_weight", "epochs", "hidden", "window")},
+        "model": {
+            k: getattr(cfg.train, k)
+            for k in ("graph", "dropout", "pos_weight", "epochs", "hidden", "window", "temporal_graph", "hazard_steps")
+        },
         "false_alerts_per_element_day": cfg.evaluate.false_alerts_per_element_day,
         "test_fraction": cfg.evaluate.test_fraction,
     }
