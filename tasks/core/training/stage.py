@@ -66,10 +66,8 @@ def train_stage(
     topo = Topology.read(features_dir / "topology.json")
     started = time.perf_counter()
     horizon = json.loads((features_dir / "_manifest.json").read_text())["features"]["horizon_minutes"]
-    data = prepare_tensors(
-        features_dir / "features", topo, names, cfg.window, test_fraction, out / "data.npz", None, cfg.graph, cfg.seed,
-        horizon,
-    )  # fmt: skip
+    data = prepare_tensors(features_dir / "features", topo, names, cfg.window, test_fraction, out / "data.npz",
+                           None, cfg.graph, cfg.seed, horizon)  # fmt: skip
     data["tensor_build_s"] = round(time.perf_counter() - started, 2)  # host side, before any rank starts
     nodes, env = _node_metrics(node_metrics, rt.launcher_env)
     spec = training_spec(

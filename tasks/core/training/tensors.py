@@ -102,6 +102,15 @@ def steps_to_onset(in_fault: np.ndarray) -> np.ndarray:
     return np.where(after < n_t, after - np.arange(n_t)[:, None], -1).astype(np.int32)
 
 
+def _label_grids(table: pa.Table, cell: np.ndarray, n_t: int, n_e: int) -> tuple[np.ndarray, ...]:
+    """[T, E] label, mask (a row there and not in a fault) and filled (a row there) from the rows' cells."""
+    y, mask, filled = np.zeros(n_t * n_e, np.int8), np.zeros(n_t * n_e, np.int8), np.zeros(n_t * n_e, bool)
+    y[cell] = table.column("label").to_numpy()
+    mask[cell] = 1 - table.column("in_fault").to_numpy()
+    filled[cell] = True
+    return y.reshape(n_t, n_e), mask.reshape(n_t, n_e), filled.reshape(n_t, n_e)
+
+
 def prepare_tensors(
     features_dir: Path,
     topo: Topology,
@@ -129,14 +138,8 @@ def prepare_tensors(
     x = np.zeros((n_t, n_e, n_f), dtype=np.float32)
     x.reshape(n_t * n_e, n_f)[cell] = rows
     del rows
-    y = np.zeros(n_t * n_e, dtype=np.int8)
-    mask = np.zeros(n_t * n_e, dtype=np.int8)
-    y[cell] = table.column("label").to_numpy()
-    mask[cell] = 1 - table.column("in_fault").to_numpy()
-    filled = np.zeros(n_t * n_e, dtype=bool)
-    filled[cell] = True
-    y, mask = y.reshape(n_t, n_e), mask.reshape(n_t, n_e)
-    ttf = steps_to_onset((filled.reshape(n_t, n_e) & (mask == 0)).astype(np.int8))
+    y, mask, filled = _label_grids(table, cell, n_t, n_e)
+    ttf = steps_to_onset((filled & (mask == 0)).astype(np.int8))
     step_min = float(np.median(np.diff(times))) / 60e6 if n_t > 1 else 5.0
     indptr, indices = model_graph(topo, graph, seed)
     first = window - 1
