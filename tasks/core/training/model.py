@@ -104,9 +104,9 @@ class FaultGNN(nn.Module):
         for layer in self.graph:
             g = layer(g, adj)
         out = self.head(self.drop(torch.cat([local, g], dim=-1)))  # [batch, elements, K]
-        if hazard or not self.hazard_steps:
-            return out if hazard else out.squeeze(-1)  # [batch, elements] logits without a hazard head
-        return label_logit(out[..., : self.label_steps])
+        if hazard:
+            return out
+        return label_logit(out[..., : self.label_steps]) if self.hazard_steps else out.squeeze(-1)  # [b, e] logits
 
 
 def label_logit(hazard_logits: torch.Tensor) -> torch.Tensor:
