@@ -16,7 +16,7 @@ from tasks.benchmark import (
     scaling_task,
     train_bench_task,
 )
-from tasks.core.benchmarks.e2e import CPU_UNTIL, cpu_overrides
+from tasks.core.benchmarks.e2e import cpu_overrides, cpu_until
 from tasks.core.config import load_config
 from tasks.core.runtime import resolve_runtime
 from tasks.runner import store_root
@@ -76,7 +76,7 @@ def benchmark(
         elif suite == "e2e":
             gpu = fault_prediction_pipeline(profile=profile, overrides=overrides, force=True)
             cpu_path = [*(overrides or []), *cpu_overrides(cfg, rt.hardware)]
-            cpu = fault_prediction_pipeline(profile=profile, overrides=cpu_path, until=CPU_UNTIL)
+            cpu = fault_prediction_pipeline(profile=profile, overrides=cpu_path, until=cpu_until(cfg))
             out[suite] = e2e_task(cfg, rt, gpu, cpu)
         else:
             out[suite] = TASKS[suite](cfg, rt)

@@ -51,10 +51,9 @@ def main(cpu_store: Path, gpu_store: Path, out: Path) -> dict:
         }
         for side, store in (("cpu", cpu_store), ("gpu", gpu_store))
     }
-    for key in ("expectations", "violations", "gx_success", "rows"):
-        result.setdefault("validate", {})[f"same_{key}"] = manifests["cpu"]["validate"].get(key) == manifests["gpu"][
-            "validate"
-        ].get(key)
+    for key in ("expectations", "violations", "gx_success", "rows"):  # a key missing on both sides is not "same"
+        a, b = manifests["cpu"]["validate"].get(key), manifests["gpu"]["validate"].get(key)
+        result.setdefault("validate", {})[f"same_{key}"] = a is not None and a == b
     result["seconds"] = {
         side: {stage: m[stage].get("seconds") for stage in ("validate", "ingest")} for side, m in manifests.items()
     }

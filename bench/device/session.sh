@@ -17,7 +17,10 @@
 #             bench/device/same_lake.py: lake, quarantine and GX results vs the lake step's CPU run, stage times
 #   ingest    faultline bench ingest --profile gpu with the plugin: CPU Spark on all cores, the concurrentGpuTasks
 #             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup
-#   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth)
+#   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
+#             GPU): Horovod and torch DDP, snapshots/s and GPU utilization
+#   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth); E2E_SET adds
+#             --set overrides to both paths' command (e.g. "ingest.rapids_jar=installed": the CPU path turns it off)
 #   check     faultline check on the newest GPU run (run's or e2e's)
 #   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
 #   eval      the pipeline again from features on that lake (features and train cached): evaluation's time by part
@@ -68,6 +71,7 @@ chain() {
         echo "rapids tasks=$g rc=$?" >> $R/steps.log
         .venv/bin/python bench/device/same_lake.py /tmp/fl/root/store /tmp/fl/rapids$g/store $R/same_lake_$g.json >> $R/steps.log 2>&1
         cp /tmp/fl/rapids$g/store/ingest/*/rapids_explain.log $R/rapids_explain_ingest_$g.log 2>/dev/null
+        echo "  pinned pool exceeded: $(grep -c 'maximum pool size exceeded' $R/rapids_$g.log) lines" >> $R/steps.log
       done ;;
     eval) LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
       $FL run --profile gpu --topology backbone/world --days 14 --from features --lake "$LAKE" --json > $R/eval.json 2> $R/eval.log
@@ -86,7 +90,12 @@ for k, v in d["spark_variants"].items():
 print("  pyarrow", d["pyarrow_seconds"], "s; rapids vs CPU Spark", d.get("rapids_vs_cpu_spark"), "same rows", d["same_rows_every_run"])
 PY
       ;;
-    e2e) $FL bench e2e --profile gpu --results $R --work /tmp/fl/bench --json > $R/e2e.log 2>&1
+    train) $FL bench train --profile gpu --set train.num_proc=1 --set train.epochs=6 --topology backbone/world \
+        --times 4032 --results $R --json > $R/train.log 2>&1
+      echo "train rc=$?" >> $R/steps.log
+      python3 -c "import json; d=json.load(open('$R/train.json')); print('  ', d['device'], {k: (v['samples_per_s'], v['gpu_utilization'].get('steady_mean')) for k, v in d['runs'].items()})" >> $R/steps.log 2>&1 ;;
+    e2e) $FL bench e2e --profile gpu $(for o in ${E2E_SET:-}; do echo --set $o; done) --results $R --work /tmp/fl/bench \
+        --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']") ;;
     check) $FL check --profile gpu --set paths.bench_results=$PWD/bench/results --run "$RUN" --json > $R/check.txt 2>&1
       echo "check $RUN rc=$?" >> $R/steps.log; cp /tmp/fl/root/store/checklists/$RUN/checklist.* $R/ 2>/dev/null ;;
@@ -109,7 +118,7 @@ PY
 
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
-  for f in steps.log install_time.txt ingest.json checklist.md features.json eval_manifest.json same_lake_2.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  for f in steps.log install_time.txt ingest.json checklist.md e2e.json train.json same_lake_2.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }
 

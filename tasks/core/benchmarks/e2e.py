@@ -5,8 +5,9 @@ host; per-stage times from the two runs' manifests and the end-to-end ratio.
 CPU training at full size can take hours, so the CPU path trains ``cpu_train_epochs`` of the profile's epochs
 (at least a tenth) and its epoch time is extrapolated linearly to all of them: said in the JSON and the table.
 Stages whose output both paths share (validate and ingest run on Spark's CPU engine on both, unless the GPU
-path uses the RAPIDS Accelerator) are computed once and counted on both paths, marked ``shared``; so is
-evaluation (scikit-learn on the CPU on both paths: the CPU path stops after training).
+path uses the RAPIDS Accelerator: the CPU path then runs them without it) are computed once and counted on both
+paths, marked ``shared``; so is evaluation where it is the same CPU code on both paths (the CPU path then stops
+after training). Where the GPU path fits its trees on the GPU, the CPU path evaluates too, its trees on the CPU.
 """
 
 from __future__ import annotations
@@ -20,17 +21,26 @@ from tasks.core.config import STAGES, FaultlineConfig
 from tasks.core.runtime import Hardware
 
 CPU_FRACTION = 0.1
-CPU_UNTIL = "train"  # evaluation is the same CPU code on both paths: measured once, on the GPU path
+CPU_UNTIL = "train"  # where evaluation is the same CPU code on both paths: measured once, on the GPU path
 
 
 def cpu_train_epochs(cfg: FaultlineConfig, fraction: float = CPU_FRACTION) -> int:
     return max(1, math.ceil(cfg.train.epochs * fraction))
 
 
+def cpu_until(cfg: FaultlineConfig) -> str:
+    """Where the CPU path stops: after training, unless the GPU path's evaluation differs (its trees on the GPU)."""
+    from tasks.core.stages.baselines import tree_device
+
+    return "evaluate" if tree_device(cfg.evaluate.tree_device) == "cuda" else CPU_UNTIL
+
+
 def cpu_overrides(cfg: FaultlineConfig, hw: Hardware, fraction: float = CPU_FRACTION) -> list[str]:
-    """The CPU path of the same workload: every core for Dask and for training, no GPU anywhere."""
+    """The CPU path of the same workload: every core for Spark, Dask and training, no GPU anywhere."""
     ranks = cfg.train.num_proc
     return [
+        "ingest.rapids_jar=null",
+        "evaluate.tree_device=cpu",
         "features.backend=pandas",
         "features.cluster=local",
         f"features.n_workers={hw.cpu_count}",

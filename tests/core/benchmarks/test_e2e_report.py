@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.core.benchmarks.e2e import markdown_table, plot_e2e, with_breakdown
+import tasks.core.stages.baselines as baselines
+from tasks.core.benchmarks.e2e import cpu_overrides, cpu_until, markdown_table, plot_e2e, with_breakdown
+from tasks.core.config import load_config
+from tasks.core.runtime import Hardware
 
 
 def _report() -> dict:
@@ -43,3 +46,17 @@ def test_table_in_pipeline_order_with_labels(tmp_path):
     assert "the end-to-end ceiling while the shared stages stay on the CPU: 8.65x" in table
     png = plot_e2e(rep, tmp_path / "e2e.png")
     assert png.stat().st_size > 5_000
+
+
+def test_cpu_path_leaves_the_gpu_out_of_every_stage(monkeypatch):
+    """The CPU path turns the RAPIDS Accelerator and the GPU trees off (the GPU path's overrides come first, so
+    these win), and evaluates on its own only where the GPU path's trees run on the GPU."""
+    cfg = load_config("gpu", ["ingest.rapids_jar=installed"])
+    over = cpu_overrides(cfg, Hardware(cpu_count=16, memory_gb=64.0))
+    cpu = load_config("gpu", ["ingest.rapids_jar=installed", *over])
+    assert cpu.ingest.rapids_jar is None and cpu.evaluate.tree_device == "cpu" and cpu.train.device == "cpu"
+    assert cpu.features.backend == "pandas" and cpu.features.n_workers == 16
+    monkeypatch.setattr(baselines, "tree_device", lambda requested="auto": "cpu")
+    assert cpu_until(cfg) == "train"
+    monkeypatch.setattr(baselines, "tree_device", lambda requested="auto": "cuda")
+    assert cpu_until(cfg) == "evaluate"
