@@ -18,7 +18,7 @@
 #   ingest    faultline bench ingest --profile gpu with the plugin: CPU Spark on all cores, the concurrentGpuTasks
 #             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup
 #   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
-#             GPU): Horovod and torch DDP, snapshots/s and GPU utilization
+#             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth); E2E_SET adds
 #             --set overrides to both paths' command (e.g. "ingest.rapids_jar=installed": the CPU path turns it off)
 #   check     faultline check on the newest GPU run (run's or e2e's)

@@ -10,14 +10,17 @@ from typing import Any
 CHEAP_S = 60.0  # a repeat costing less than this is repeated
 
 
-def repeated(run: Callable[[], dict[str, Any]], repeats: int = 3, key: str = "seconds") -> dict[str, Any]:
+def repeated(
+    run: Callable[[], dict[str, Any]], repeats: int = 3, key: str = "seconds", also: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Run ``run`` (which returns a dict with ``key`` in seconds) up to ``repeats`` times; once when the first
-    run costs more than ``CHEAP_S``. Returns the last run's dict with median, min, max and every time."""
+    run costs more than ``CHEAP_S``. Returns the last run's dict with median, min, max and every time, and the
+    median, min and max of each figure named in ``also`` (e.g. a rate) as ``<name>_median`` and so on."""
     runs = [run()]
     if runs[0][key] < CHEAP_S:
         runs += [run() for _ in range(repeats - 1)]
     times = [r[key] for r in runs]
-    return {
+    out = {
         **runs[-1],
         "median_s": round(statistics.median(times), 3),
         "min_s": round(min(times), 3),
@@ -25,6 +28,10 @@ def repeated(run: Callable[[], dict[str, Any]], repeats: int = 3, key: str = "se
         "repeats": len(times),
         "times_s": times,
     }
+    for name in also:
+        values = [r[name] for r in runs]
+        out |= {f"{name}_median": statistics.median(values), f"{name}_min": min(values), f"{name}_max": max(values)}
+    return out
 
 
 def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -> float | None:

@@ -53,4 +53,7 @@ def test_repeated_takes_the_median_and_stops_when_dear():
     assert r["median_s"] == 2.0 and (r["min_s"], r["max_s"]) == (1.0, 3.0) and r["repeats"] == 3
     r = repeated(lambda: {"seconds": 61.0})
     assert r["repeats"] == 1 and r["median_s"] == 61.0
+    rates = iter([(10.0, 500.0), (12.0, 450.0), (11.0, 480.0)])
+    r = repeated(lambda: dict(zip(("wall_s", "rate"), next(rates))), key="wall_s", also=("rate",))
+    assert (r["rate_median"], r["rate_min"], r["rate_max"]) == (480.0, 450.0, 500.0) and r["median_s"] == 11.0
     assert ratio(10.0, 4.0) == 2.5 and ratio(None, 4.0) is None
