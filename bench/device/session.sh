@@ -19,6 +19,9 @@
 #             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup
 #   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
+#   trainab   bench/device/train_ab.py: the same bench size with Horovod, the tree before issue 18 (BASE, a git
+#             archive carried as .devparts/base.tgz, unpacked by start) vs this one, alternating, 3 runs each:
+#             the same card's throughput of both (for when the lease is not the card of the recorded figure)
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth); E2E_SET adds
 #             --set overrides to both paths' command (e.g. "ingest.rapids_jar=installed": the CPU path turns it off)
 #   check     faultline check on the newest GPU run (run's or e2e's)
@@ -94,6 +97,9 @@ PY
         --times 4032 --results $R --json > $R/train.log 2>&1
       echo "train rc=$?" >> $R/steps.log
       python3 -c "import json; d=json.load(open('$R/train.json')); print('  ', d['device'], {k: (v['samples_per_s'], v['gpu_utilization'].get('steady_mean')) for k, v in d['runs'].items()})" >> $R/steps.log 2>&1 ;;
+    trainab) .venv/bin/python bench/device/train_ab.py /tmp/fl/base $PWD $R/train_ab.json --times 4032 \
+        --set train.num_proc=1 --set train.epochs=6 --set paths.root=/tmp/fl/ab > $R/train_ab.log 2>&1
+      echo "trainab rc=$?" >> $R/steps.log; tail -n 1 $R/train_ab.log | cut -c1-600 >> $R/steps.log ;;
     e2e) $FL bench e2e --profile gpu $(for o in ${E2E_SET:-}; do echo --set $o; done) --results $R --work /tmp/fl/bench \
         --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']") ;;
@@ -124,6 +130,7 @@ collect() {
 
 case "${1:-}" in
 start)
+  if [ -f .devparts/base.tgz ]; then rm -rf /tmp/fl/base && mkdir -p /tmp/fl/base && tar xzf .devparts/base.tgz -C /tmp/fl/base; fi
   rm -f /tmp/fl/done; setsid nohup bash "$0" chain > $R/chain.log 2>&1 < /dev/null &
   sleep 3; cat $R/steps.log
   ;;
