@@ -8,7 +8,7 @@
 # The background chain (logs and results under /tmp/fl/out; the store under /tmp/fl/root): setup, then the steps
 # named in STEPS (default below), in that order, so that a lease that ends early loses the last ones:
 #   setup     make setup BUNDLE=/tmp/fl/bundle (offline, timed); meanwhile, once the wheels are in, the gpu
-#             profile's raw exports are simulated (backbone/world, 14 days, 15.4 M KPI rows)
+#             profile's raw exports are simulated (backbone/world, DAYS days, default 14: 15.4 M KPI rows)
 #   doctor    faultline doctor
 #   lake      faultline run --profile gpu --until ingest: validate and ingest only (a lake for util and eval)
 #   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path
@@ -39,7 +39,7 @@ step() { echo "== $(date +%T) $*" | tee -a $R/steps.log; }
 presimulate() {  # as soon as the venv can import the simulator: the same content-addressed raw stage as the run's
   for _ in $(seq 300); do grep -q "Horovod (\|ready in" $R/install.log 2>/dev/null && break; sleep 2; done
   PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 &
-  PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=14, profile='gpu'))" > $R/simulate.log 2>&1
+  PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
   echo "simulate rc=$?" >> $R/steps.log; wait; echo "simulate bench rc=$?" >> $R/steps.log
 }
 
@@ -65,11 +65,11 @@ chain() {
     run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
       echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']")
       python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
-    lake) $FL run --profile gpu --topology backbone/world --days 14 --until ingest --json > $R/lake.json 2> $R/lake.log
+    lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
     rapids) RAW=$(ls -d /tmp/fl/root/store/raw/*/ | head -1)
       for g in ${RAPIDS_TASKS:-2}; do
-        FAULTLINE_ROOT=/tmp/fl/rapids$g $FL run --profile gpu --raw "$RAW" --until ingest --set ingest.rapids_jar=installed \
+        FAULTLINE_ROOT=/tmp/fl/rapids$g $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --raw "$RAW" --until ingest --set ingest.rapids_jar=installed \
           --set ingest.concurrent_gpu_tasks=$g --json > $R/rapids_$g.json 2> $R/rapids_$g.log
         echo "rapids tasks=$g rc=$?" >> $R/steps.log
         .venv/bin/python bench/device/same_lake.py /tmp/fl/root/store /tmp/fl/rapids$g/store $R/same_lake_$g.json >> $R/steps.log 2>&1
