@@ -201,6 +201,11 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         # cached (persisted) input kept as Parquet batches the GPU scans; Spark's default keeps rows the plugin
         # cannot scan ("ParquetCachedBatchSerializer is not being used"). It also runs on the CPU (explainOnly)
         "spark.sql.cache.serializer": "com.nvidia.spark.ParquetCachedBatchSerializer",
+        # the KPI CSV scan stays on the CPU: the plugin's CSV reader keeps no corrupt-record column yet does not
+        # fall back when the schema has one (NVIDIA/cudf-spark#2065), so a malformed line ("n/a#" in a number, a
+        # truncated export) came out as a parsed row with nulls: quarantined as null_* without its text, and GX's
+        # counts differed from the CPU's (H100, session 27: bench/results/h100/s27/same_lake_2.json)
+        "spark.rapids.sql.format.csv.read.enabled": "false",
     }
     if cfg.rapids_shuffle_mode == "SPARK":  # on Spark 4 the plugin installs its shuffle manager unless told not to
         conf["spark.rapids.shuffle.enabled"] = "false"

@@ -307,7 +307,8 @@ def read_kpi(spark, layout: RawLayout):
         mode="PERMISSIVE",
         columnNameOfCorruptRecord=CORRUPT,
         # the header is skipped, not matched by name: check_kpi_file has already required it to be exactly
-        # KPI_NAMES, and the RAPIDS Accelerator scans CSV on the GPU only when the schema is enforced
+        # KPI_NAMES. (The RAPIDS Accelerator scans CSV only when the schema is enforced; the runtime keeps the scan
+        # on the CPU all the same: the plugin's CSV reader leaves the corrupt-record column empty, runtime.py)
         enforceSchema=True,
     )
     df = _typed_timestamps(df, KPI_COLUMNS)
