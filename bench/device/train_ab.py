@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tasks.core.benchmarks.measure import ratio, spread  # the installed project's (HEAD_TREE's on the device)
+from tasks.core.benchmarks.train import synthetic_tensors  # one data file for both trees
 
 CHILD = """
 import json, sys
@@ -49,15 +51,15 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
     """Median, min and max of each side's snapshots/s; head/base as a ratio of medians; the paired differences."""
     out: dict = {}
     for side, rs in runs.items():
-        rates = [r["samples_per_s"] for r in rs]
+        s = spread([r["samples_per_s"] for r in rs])
         out[side] = {
-            "samples_per_s_median": round(statistics.median(rates), 1),
-            "samples_per_s_min_max": [round(min(rates), 1), round(max(rates), 1)],
-            "repeats": len(rates),
+            "samples_per_s_median": round(s["median"], 1),
+            "samples_per_s_min_max": [round(s["min"], 1), round(s["max"], 1)],
+            "repeats": len(rs),
         }
     base, head = (out[s]["samples_per_s_median"] for s in ("base", "head"))
     pairs = [h["samples_per_s"] - b["samples_per_s"] for b, h in zip(runs["base"], runs["head"], strict=False)]
-    out["head_vs_base"] = round(head / base, 3)
+    out["head_vs_base"] = ratio(head, base, 3)
     out["paired_differences"] = [round(d, 1) for d in pairs]
     # not slower: the head's median at or above the slowest base run (inside the base's own run-to-run range)
     out["head_not_slower"] = head >= out["base"]["samples_per_s_min_max"][0]
@@ -84,9 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--topology", default="backbone/world")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(a.head))
-    from tasks.core.benchmarks.train import synthetic_tensors
-
     work = a.out.parent / "train_ab"
     work.mkdir(parents=True, exist_ok=True)
     shape = synthetic_tensors(work / "synthetic.npz", a.topology, a.times, 84)

@@ -29,9 +29,13 @@ def repeated(
         "times_s": times,
     }
     for name in also:
-        values = [r[name] for r in runs]
-        out |= {f"{name}_median": statistics.median(values), f"{name}_min": min(values), f"{name}_max": max(values)}
+        out |= {f"{name}_{k}": v for k, v in spread([r[name] for r in runs]).items()}
     return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """The median, min and max of repeated measurements of one figure."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -> float | None:
