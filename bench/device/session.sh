@@ -15,8 +15,11 @@
 #   rapids    validate and ingest again on the same exports with Spark's RAPIDS Accelerator (the jar make setup
 #             installed; concurrentGpuTasks in RAPIDS_TASKS, default 2), each in its own store, then
 #             bench/device/same_lake.py: lake, quarantine and GX results vs the lake step's CPU run, stage times
+#             RAPIDS_SET adds --set overrides to the plugin's runs here and in ingest (e.g.
+#             'ingest.extra_conf={"spark.rapids.memory.pinnedPool.size":"16g"}')
 #   ingest    faultline bench ingest --profile gpu with the plugin: CPU Spark on all cores, the concurrentGpuTasks
-#             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup
+#             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup;
+#             the variants finished so far come back as ingest_partial.json (in out.tgz) if the lease ends first
 #   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
 #   trainab   bench/device/train_ab.py: the same bench size with Horovod, the tree before issue 18 (BASE, a git
@@ -70,7 +73,7 @@ chain() {
     rapids) RAW=$(ls -d /tmp/fl/root/store/raw/*/ | head -1)
       for g in ${RAPIDS_TASKS:-2}; do
         FAULTLINE_ROOT=/tmp/fl/rapids$g $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --raw "$RAW" --until ingest --set ingest.rapids_jar=installed \
-          --set ingest.concurrent_gpu_tasks=$g --json > $R/rapids_$g.json 2> $R/rapids_$g.log
+          --set ingest.concurrent_gpu_tasks=$g $(for o in ${RAPIDS_SET:-}; do echo --set $o; done) --json > $R/rapids_$g.json 2> $R/rapids_$g.log
         echo "rapids tasks=$g rc=$?" >> $R/steps.log
         .venv/bin/python bench/device/same_lake.py /tmp/fl/root/store /tmp/fl/rapids$g/store $R/same_lake_$g.json >> $R/steps.log 2>&1
         cp /tmp/fl/rapids$g/store/ingest/*/rapids_explain.log $R/rapids_explain_ingest_$g.log 2>/dev/null
@@ -82,6 +85,7 @@ chain() {
       cp /tmp/fl/root/store/evaluate/*/_manifest.json $R/eval_manifest.json 2>/dev/null ;;
     ingest) tasks=$(echo ${GPU_TASKS:-1 2 4} | tr ' ' ,)
       $FL bench ingest --profile gpu --set ingest.rapids_jar=installed --set "bench.gpu_tasks=[$tasks]" \
+        $(for o in ${RAPIDS_SET:-}; do echo --set $o; done) \
         --set bench.repeat_under_s=${REPEAT_UNDER_S:-60} --results $R \
         --work /tmp/fl/bench --json > $R/ingest.log 2>&1
       echo "ingest rc=$?" >> $R/steps.log
@@ -124,6 +128,7 @@ PY
 
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
+  cp /tmp/fl/bench/ingest/partial.json $R/ingest_partial.json 2>/dev/null  # the ingest variants finished so far
   for f in steps.log install_time.txt ingest.json checklist.md e2e.json train.json same_lake_2.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }

@@ -15,15 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.core.benchmarks.measure import ratio
 from tasks.core.config import BenchConfig, IngestConfig
 from tasks.core.runtime import Runtime, spark_conf, spark_session
 from tasks.core.stages.ingest import run_ingest
 from tasks.core.stages.raw import discover
 from tasks.core.stages.simulate import simulate
+from tasks.core.store import json_safe, write_json_atomic
 
 MB = 1024 * 1024
 logger = logging.getLogger("faultline.bench.ingest")
 ARROW_REPEATS = 3
+PARTIAL = "partial.json"  # under the bench's work directory: the variants finished so far (write_partial)
 
 
 def ensure_raw(work: Path, size_gb: float, topology: str = "backbone/world", seed: int = 7) -> Path:
@@ -141,13 +144,29 @@ def _median_of(run, repeat_under_s: float) -> dict[str, Any]:
     }
 
 
-def bench_ingest(work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig) -> dict[str, Any]:
-    raw = Path(bench.raw) if bench.raw else ensure_raw(work, size_gb)
-    layout = discover(raw)
-    raw_mb = sum(p.stat().st_size for p in layout.kpi_files + layout.alarm_files) / MB
-    kpi_mb = sum(p.stat().st_size for p in layout.kpi_files) / MB
+def write_partial(path: Path, spark_runs: dict[str, dict[str, Any]], remaining: list[str], raw_mb: float) -> None:
+    """The variants done so far, rewritten whole after each one (atomically): a run cut short (a lease taken back)
+    still leaves every finished variant's median, and the plugin's ratio to CPU Spark once both have run. Not the
+    report: ``bench_ingest`` returns that at the end, with pyarrow's baseline."""
+    part: dict[str, Any] = {"benchmark": "ingest", "partial": True, "remaining": remaining, "raw_mb": round(raw_mb, 1)}
+    part["spark_variants"] = spark_runs
+    cpu = spark_runs.get("cpu-spark")
+    if cpu:
+        part["vs_cpu_spark"] = {
+            k: ratio(cpu["seconds"], v["seconds"], 3) for k, v in spark_runs.items() if k != "cpu-spark"
+        }
+    part["extrapolated"] = False
+    write_json_atomic(path, json_safe(part))
+
+
+def _spark_variants(
+    work: Path, raw: Path, raw_mb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig
+) -> dict[str, dict[str, Any]]:
+    """Each Spark variant over the same files, the median of its runs; the finished ones on disk after each."""
+    (work / PARTIAL).unlink(missing_ok=True)  # an earlier invocation's: never read as this one's
     spark_runs: dict[str, dict[str, Any]] = {}
-    for name, updates in variants(cfg, bench.gpu_tasks):
+    todo = variants(cfg, bench.gpu_tasks)
+    for i, (name, updates) in enumerate(todo):
         vcfg = cfg.model_copy(update=updates)
         conf = {**spark_conf(vcfg, rt.hardware, work / "spark-events"), "spark.app.name": f"faultline-bench-{name}"}
         spark_runs[name] = r = _median_of(
@@ -155,6 +174,16 @@ def bench_ingest(work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, ben
         )
         r["mb_per_s"] = round(raw_mb / r["seconds"], 2)
         logger.info("ingest bench %s: %.1f s (median of %d), %.1f MB/s", name, r["seconds"], r["runs"], r["mb_per_s"])
+        write_partial(work / PARTIAL, spark_runs, [n for n, _ in todo[i + 1 :]], raw_mb)
+    return spark_runs
+
+
+def bench_ingest(work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig) -> dict[str, Any]:
+    raw = Path(bench.raw) if bench.raw else ensure_raw(work, size_gb)
+    layout = discover(raw)
+    raw_mb = sum(p.stat().st_size for p in layout.kpi_files + layout.alarm_files) / MB
+    kpi_mb = sum(p.stat().st_size for p in layout.kpi_files) / MB
+    spark_runs = _spark_variants(work, raw, raw_mb, cfg, rt, bench)
     arrow_runs = []
     for _ in range(ARROW_REPEATS):  # a few seconds each: the median of three
         shutil.rmtree(work / "arrow-out", ignore_errors=True)

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from tasks.core.benchmarks import ingest as bi
 from tasks.core.benchmarks.ingest import _median_of, bench_ingest, variants
 from tasks.core.config import load_config
 
@@ -28,6 +29,42 @@ def test_a_cheap_run_is_repeated_to_the_median_of_three_and_a_dear_one_is_not():
     assert got["runs"] == 3 and got["seconds"] == 7.0 and got["min_max_s"] == [5.0, 9.0]
     got = _median_of(lambda: {"seconds": 75.0, "spark_start_s": 1.0}, 60)
     assert got["runs"] == 1 and got["min_max_s"] == [75.0, 75.0]
+
+
+def test_a_run_cut_short_leaves_the_variants_it_finished(tmp_path, monkeypatch):
+    """After each variant the finished ones are on disk (a lease can be taken back mid-benchmark); a later
+    invocation first removes an earlier one's file. Spark is faked here: the file's content is what is tested."""
+    from tasks.core.runtime import resolve_runtime
+    from tasks.core.stages.simulate import simulate
+
+    raw, jar, work = tmp_path / "raw", tmp_path / "plugin.jar", tmp_path / "work"
+    simulate("topozoo/Abilene", 1, 7, raw, dirt=0.0)
+    jar.write_bytes(b"")
+    sets = [f"ingest.rapids_jar={jar}", f"bench.raw={raw}", "bench.gpu_tasks=[1,2,4]", "bench.repeat_under_s=0"]
+    cfg = load_config("local", sets)
+    work.mkdir()
+    (work / bi.PARTIAL).write_text('{"stale": true}')
+    seconds = {"cpu-spark": 30.0, "rapids-tasks1": 12.0, "rapids-tasks2": 10.0}
+    seen = []
+
+    def fake_once(raw_, out, vcfg, conf):
+        name = conf["spark.app.name"].removeprefix("faultline-bench-")
+        if name == "cpu-spark":  # the first: the earlier invocation's file is already gone
+            assert not (work / bi.PARTIAL).exists()
+        if name not in seconds:
+            raise RuntimeError("the lease went back")
+        seen.append(name)
+        return {"seconds": seconds[name], "spark_start_s": 1.0, "rows_in": 5, "rows_out": 4, "rows_quarantined": 1}
+
+    monkeypatch.setattr(bi, "_spark_once", fake_once)
+    with pytest.raises(RuntimeError, match="went back"):
+        bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench)
+    part = json.loads((work / bi.PARTIAL).read_text())
+    assert seen == ["cpu-spark", "rapids-tasks1", "rapids-tasks2"] and part["partial"] is True
+    assert list(part["spark_variants"]) == seen
+    assert part["remaining"] == ["rapids-tasks4", "rapids-tasks2-spark-shuffle"]
+    assert part["vs_cpu_spark"] == {"rapids-tasks1": 2.5, "rapids-tasks2": 3.0}
+    assert part["spark_variants"]["rapids-tasks2"]["runs"] == 1 and part["extrapolated"] is False
 
 
 @pytest.mark.spark
@@ -51,6 +88,8 @@ def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar,
         assert run["runs"] == 1 and run["seconds"] > 0 and run["gpu_util_mean"] is None  # no GPU here
     assert got["rapids_best"] in got["spark_variants"] and got["rapids_vs_cpu_spark"] > 0
     assert json.loads(json.dumps(got))["spark_variants"] == got["spark_variants"]  # plain JSON
+    part = json.loads((work / "partial.json").read_text())  # the last variant's: every one, none remaining
+    assert part["spark_variants"] == got["spark_variants"] and part["remaining"] == []
 
     names = {}
     for app in (work / "spark-events").iterdir():  # one application per run, named after its variant
