@@ -19,7 +19,8 @@
 #             'ingest.extra_conf={"spark.rapids.memory.pinnedPool.size":"16g"}')
 #   ingest    faultline bench ingest --profile gpu with the plugin: CPU Spark on all cores, the concurrentGpuTasks
 #             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup;
-#             the variants finished so far come back as ingest_partial.json (in out.tgz) if the lease ends first
+#             the variants finished so far come back as ingest_partial.json (in out.tgz) if the lease ends first;
+#             last, CPU Spark on local[N] for each N in SPARK_CORES (default 2 8; empty: none), beside local[*]
 #   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
 #   trainab   bench/device/train_ab.py: the same bench size with Horovod, the tree before issue 18 (BASE, a git
@@ -84,7 +85,9 @@ chain() {
       echo "eval rc=$?" >> $R/steps.log; RUN=$(run_summary $R/eval.json "['mlflow_run_id']")
       cp /tmp/fl/root/store/evaluate/*/_manifest.json $R/eval_manifest.json 2>/dev/null ;;
     ingest) tasks=$(echo ${GPU_TASKS:-1 2 4} | tr ' ' ,)
+      cores=$(echo ${SPARK_CORES-2 8} | tr ' ' ,)
       $FL bench ingest --profile gpu --set ingest.rapids_jar=installed --set "bench.gpu_tasks=[$tasks]" \
+        --set "bench.spark_cores=[$cores]" \
         $(for o in ${RAPIDS_SET:-}; do echo --set $o; done) \
         --set bench.repeat_under_s=${REPEAT_UNDER_S:-60} --results $R \
         --work /tmp/fl/bench --json > $R/ingest.log 2>&1
@@ -95,6 +98,7 @@ d = json.load(open(sys.argv[1]))
 for k, v in d["spark_variants"].items():
     print(f"  {k}: {v['seconds']} s, {v['runs']} runs {v['min_max_s']}, GPU util {v['gpu_util_mean']}")
 print("  pyarrow", d["pyarrow_seconds"], "s; rapids vs CPU Spark", d.get("rapids_vs_cpu_spark"), "same rows", d["same_rows_every_run"])
+print("  CPU Spark by cores:", d.get("cpu_core_scaling"))
 PY
       ;;
     train) $FL bench train --profile gpu --set train.num_proc=1 --set train.epochs=6 --topology backbone/world \

@@ -256,12 +256,9 @@ class BenchConfig(_Section):
     pandas_budget_s: float = Field(150.0, gt=0, description="features: seconds of pandas before extrapolating")
     work: str = Field(".faultline/bench", description="scratch directory (generated inputs are reused)")
     raw: str | None = Field(None, description="ingest: these clean raw exports instead of simulated ones")
-    gpu_tasks: list[int] = Field(
-        [1, 2, 4], min_length=1, description="ingest with the RAPIDS Accelerator: the concurrentGpuTasks sweep"
-    )
-    repeat_under_s: float = Field(
-        60.0, ge=0, description="ingest: a Spark run shorter than this is repeated, to the median of three"
-    )
+    gpu_tasks: list[int] = Field([1, 2, 4], min_length=1, description="ingest, plugin: concurrentGpuTasks sweep")
+    repeat_under_s: float = Field(60.0, ge=0, description="ingest: a Spark run under this: the median of three")
+    spark_cores: list[int] = Field([], description="ingest: CPU Spark again on local[N] for each N (core scaling)")
 
     @property
     def sized(self) -> BenchSize:

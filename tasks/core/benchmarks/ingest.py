@@ -9,6 +9,7 @@ and its own application; GPU utilization is sampled inside it over the ingest on
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import statistics
 import time
@@ -60,13 +61,44 @@ def pyarrow_csv_to_parquet(files: list[Path], out: Path, compression: str) -> in
 Variant = tuple[str, dict[str, Any]]  # (name, IngestConfig updates)
 
 
-def variants(cfg: IngestConfig, gpu_tasks: list[int]) -> list[Variant]:
-    """CPU Spark always; with the plugin configured, the concurrentGpuTasks sweep and Spark's own shuffle."""
+def variants(cfg: IngestConfig, gpu_tasks: list[int], spark_cores: list[int] = ()) -> list[Variant]:
+    """CPU Spark always; with the plugin configured, the concurrentGpuTasks sweep and Spark's own shuffle; then
+    CPU Spark on ``local[N]`` for each of ``spark_cores`` (last: a lease cut short loses these first)."""
     out: list[Variant] = [("cpu-spark", {"rapids_jar": None})]
     if cfg.rapids_jar:
         out += [(f"rapids-tasks{n}", {"concurrent_gpu_tasks": n}) for n in gpu_tasks]
         out.append((f"rapids-tasks{cfg.concurrent_gpu_tasks}-spark-shuffle", {"rapids_shuffle_mode": "SPARK"}))
+    out += [(f"cpu-spark-cores{n}", {"rapids_jar": None, "master": f"local[{n}]"}) for n in spark_cores]
     return out
+
+
+def master_cores(master: str, cpu_count: int) -> int | None:
+    """How many cores a local master runs tasks on (local[*] = the host's); None for a cluster's master."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if not m:
+        return None
+    return cpu_count if m.group(1) == "*" else int(m.group(1) or 1)
+
+
+def core_scaling(spark_runs: dict[str, dict[str, Any]], master: str, cpu_count: int) -> list[dict[str, Any]] | None:
+    """CPU Spark's medians by core count (the master's run and each ``cpu-spark-cores{N}``), each with its speedup
+    over the fewest cores' run and that speedup per added core factor (efficiency: 1.0 is linear). All from this
+    invocation; None when fewer than two core counts ran."""
+    by_cores: dict[int, float] = {}
+    base = master_cores(master, cpu_count)
+    if base is not None and "cpu-spark" in spark_runs:
+        by_cores[base] = spark_runs["cpu-spark"]["seconds"]
+    for name, r in spark_runs.items():
+        if name.startswith("cpu-spark-cores"):
+            by_cores.setdefault(int(name.removeprefix("cpu-spark-cores")), r["seconds"])
+    if len(by_cores) < 2:
+        return None
+    n0 = min(by_cores)
+    rows = []
+    for n in sorted(by_cores):
+        speedup = ratio(by_cores[n0], by_cores[n], 3)
+        rows.append({"cores": n, "seconds": by_cores[n], "speedup": speedup, "efficiency": round(speedup * n0 / n, 3)})
+    return rows
 
 
 def _spark_once(raw: Path, out: Path, cfg: IngestConfig, conf: dict[str, str]) -> dict[str, Any]:
@@ -165,7 +197,7 @@ def _spark_variants(
     """Each Spark variant over the same files, the median of its runs; the finished ones on disk after each."""
     (work / PARTIAL).unlink(missing_ok=True)  # an earlier invocation's: never read as this one's
     spark_runs: dict[str, dict[str, Any]] = {}
-    todo = variants(cfg, bench.gpu_tasks)
+    todo = variants(cfg, bench.gpu_tasks, bench.spark_cores)
     for i, (name, updates) in enumerate(todo):
         vcfg = cfg.model_copy(update=updates)
         conf = {**spark_conf(vcfg, rt.hardware, work / "spark-events"), "spark.app.name": f"faultline-bench-{name}"}
@@ -222,6 +254,7 @@ def bench_ingest(work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, ben
         "Spark variant in its own process (Spark start-up not counted: spark_start_s), the median of three where "
         f"a run took under {bench.repeat_under_s:g} s, else one run; pyarrow the median of three.",
     }
+    result["cpu_core_scaling"] = core_scaling(spark_runs, cfg.master, rt.hardware.cpu_count)
     gpu = {k: v for k, v in spark_runs.items() if k.startswith("rapids-")}
     if gpu:
         best = min(gpu, key=lambda k: gpu[k]["seconds"])

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tasks.core.benchmarks import ingest as bi
-from tasks.core.benchmarks.ingest import _median_of, bench_ingest, variants
+from tasks.core.benchmarks.ingest import _median_of, bench_ingest, core_scaling, master_cores, variants
 from tasks.core.config import load_config
 
 
@@ -21,6 +21,34 @@ def test_variants_follow_the_plugin_setting():
     got = dict(variants(gpu, [1, 4]))
     assert list(got) == ["cpu-spark", "rapids-tasks1", "rapids-tasks4", "rapids-tasks2-spark-shuffle"]
     assert got["cpu-spark"] == {"rapids_jar": None} and got["rapids-tasks4"] == {"concurrent_gpu_tasks": 4}
+
+
+def test_core_counts_run_last_on_local_masters_and_scale_against_the_fewest():
+    cfg = load_config("local").ingest.model_copy(update={"rapids_jar": "installed", "concurrent_gpu_tasks": 2})
+    got = variants(cfg, [2], [4, 16])
+    assert [n for n, _ in got][-2:] == ["cpu-spark-cores4", "cpu-spark-cores16"]
+    assert dict(got)["cpu-spark-cores16"] == {"rapids_jar": None, "master": "local[16]"}
+    assert [master_cores(m, 16) for m in ("local[*]", "local[4]", "local", "local[2,3]", "spark://h:7077")] == [
+        16,
+        4,
+        1,
+        2,
+        None,
+    ]
+    runs = {"cpu-spark": {"seconds": 10.0}, "rapids-tasks2": {"seconds": 2.0}, "cpu-spark-cores4": {"seconds": 30.0}}
+    runs["cpu-spark-cores1"] = {"seconds": 100.0}
+    got = core_scaling(runs, "local[*]", 16)  # local[*] is the host's 16 cores
+    assert [(r["cores"], r["seconds"], r["speedup"]) for r in got] == [
+        (1, 100.0, 1.0),
+        (4, 30.0, 3.333),
+        (16, 10.0, 10.0),
+    ]
+    assert [r["efficiency"] for r in got] == [1.0, 0.833, 0.625]
+    assert core_scaling({"cpu-spark": {"seconds": 10.0}}, "local[*]", 16) is None  # one core count: no scaling
+    assert (
+        core_scaling({"cpu-spark": {"seconds": 9.0}, "cpu-spark-cores2": {"seconds": 10.0}}, "spark://h:7077", 16)
+        is None
+    )
 
 
 def test_a_cheap_run_is_repeated_to_the_median_of_three_and_a_dear_one_is_not():
@@ -77,11 +105,20 @@ def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar,
     simulate("topozoo/Abilene", 1, 7, raw, dirt=0.0)  # clean: the pyarrow baseline parses every row
     sets = ["ingest.master=local[2]", "ingest.shuffle_partitions=2", f"ingest.rapids_jar={rapids_jar}"]
     sets += ["ingest.rapids_mode=explainOnly", f"bench.raw={raw}", "bench.gpu_tasks=[2]", "bench.repeat_under_s=0"]
+    sets += ["bench.spark_cores=[1]"]
     cfg = load_config("local", sets)
     work = tmp_path / "work"
     got = bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench)
 
-    assert list(got["spark_variants"]) == ["cpu-spark", "rapids-tasks2", "rapids-tasks2-spark-shuffle"]
+    assert list(got["spark_variants"]) == [
+        "cpu-spark",
+        "rapids-tasks2",
+        "rapids-tasks2-spark-shuffle",
+        "cpu-spark-cores1",
+    ]
+    scaling = got["cpu_core_scaling"]  # local[1] beside the master's local[2], from this invocation
+    assert [r["cores"] for r in scaling] == [1, 2] and scaling[0]["speedup"] == 1.0 and scaling[1]["speedup"] > 0
+    assert scaling[1]["seconds"] == got["spark_variants"]["cpu-spark"]["seconds"]
     assert got["same_rows_every_run"] and got["rows_in"] == got["rows_out"] + got["rows_quarantined"] > 0
     assert 0 < got["pyarrow_rows"] < got["rows_in"] and got["rapids_mode"] == "explainOnly"  # pyarrow: KPI only
     for run in got["spark_variants"].values():
@@ -99,6 +136,8 @@ def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar,
         names[start["App Name"]] = dict(conf)
     assert set(names) == {f"faultline-bench-{v}" for v in got["spark_variants"]}
     assert "spark.plugins" not in names["faultline-bench-cpu-spark"]
+    assert names["faultline-bench-cpu-spark-cores1"]["spark.master"] == "local[1]"
+    assert "spark.plugins" not in names["faultline-bench-cpu-spark-cores1"]
     assert names["faultline-bench-rapids-tasks2"]["spark.shuffle.manager"].endswith("RapidsShuffleManager")
     # on Spark 4 the plugin puts its shuffle manager in by itself; this switch tells it to use Spark's own shuffle
     assert names["faultline-bench-rapids-tasks2-spark-shuffle"]["spark.rapids.shuffle.enabled"] == "false"
