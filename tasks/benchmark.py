@@ -12,7 +12,7 @@ from tasks.core.config import FaultlineConfig
 from tasks.core.runtime import Runtime
 from tasks.core.store import json_safe, write_json_atomic
 from tasks.core.tracking import numeric_leaves
-from tasks.runner import TASK_OPTIONS, logger, publish_markdown, publish_table
+from tasks.runner import TASK_OPTIONS, logger, progress_artifact, publish_markdown, publish_table
 from tasks.tracking import tracker_for
 
 
@@ -69,11 +69,25 @@ def scaling_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
 
 @task(name="bench-ingest", **TASK_OPTIONS)
 def ingest_bench_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
+    """Each Spark variant's median logged and counted in a progress artifact as it finishes (a run on the GPU host
+    takes minutes a variant); then the table as an artifact and the chart in MLflow."""
     from tasks.core.benchmarks.ingest import bench_ingest
+    from tasks.core.benchmarks.ingest_report import markdown_table, plot_ingest
 
-    return _publish(
-        cfg, "ingest", bench_ingest(Path(cfg.bench.work) / "ingest", cfg.bench.sized.size_gb, cfg.ingest, rt, cfg.bench)
-    )
+    move, say = progress_artifact("bench-ingest-progress", "ingest benchmark: Spark variants done"), logger().info
+
+    def progress(done: int, total: int, name: str, run: dict[str, Any]) -> None:
+        say("ingest bench %d/%d %s: %.1f s (median of %d)", done, total, name, run["seconds"], run["runs"])
+        move(done / total)
+
+    b = cfg.bench
+    res = bench_ingest(Path(b.work) / "ingest", b.sized.size_gb, cfg.ingest, rt, b, progress)
+    png = plot_ingest(res, Path(cfg.paths.bench_results) / "ingest.png")
+    res = _publish(cfg, "ingest", res, (png,))
+    table = markdown_table(res)
+    publish_markdown("bench-ingest", f"## Ingest on {res['device']}\n\n{table}\n", "Spark variants vs pyarrow")
+    say("ingest:\n%s", table)
+    return res
 
 
 @task(name="bench-train", **TASK_OPTIONS)

@@ -126,6 +126,26 @@ def publish_stage_artifact(result: StageResult, details: dict[str, Any] | None =
     publish_markdown(f"stage-{result.stage}", md, f"Faultline {result.stage} stage")
 
 
+def progress_artifact(key: str, description: str):
+    """A Prefect progress artifact and the function that moves it (``fraction`` 0..1); both do nothing outside a
+    run or when the server cannot take it: progress is a view, and a failure to show it must not fail the run."""
+    from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+    try:
+        art = create_progress_artifact(progress=0.0, key=key, description=description)
+    except Exception:
+        art = None
+
+    def move(fraction: float) -> None:
+        if art is not None:
+            try:
+                update_progress_artifact(art, progress=100.0 * fraction)
+            except Exception:
+                pass
+
+    return move
+
+
 def publish_markdown(key: str, markdown: str, description: str) -> None:
     try:
         create_markdown_artifact(key=key, markdown=markdown, description=description)

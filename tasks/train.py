@@ -12,18 +12,13 @@ from tasks.core.config import TrainConfig
 from tasks.core.runtime import Runtime
 from tasks.core.store import StageResult, run_stage, stage_fingerprint
 from tasks.core.training.stage import train_stage
-from tasks.runner import TASK_OPTIONS, finish_stage, logger
+from tasks.runner import TASK_OPTIONS, finish_stage, logger, progress_artifact
 
 
 def _progress(total_epochs: int):
     """Epoch lines into the run's log and a progress artifact (called in the task's thread)."""
-    from prefect.artifacts import create_progress_artifact, update_progress_artifact
-
     log = logger()
-    try:
-        art = create_progress_artifact(progress=0.0, key="training-progress", description="training epochs")
-    except Exception:
-        art = None
+    move = progress_artifact("training-progress", "training epochs")
 
     def report(row: dict) -> None:
         log.info(
@@ -34,11 +29,7 @@ def _progress(total_epochs: int):
             row.get("val_pr_auc", float("nan")),
             row["t_end"] - row["t_start"],
         )
-        if art is not None:
-            try:
-                update_progress_artifact(art, progress=100.0 * (row["epoch"] + 1) / total_epochs)
-            except Exception:
-                pass
+        move((row["epoch"] + 1) / total_epochs)
 
     return report
 

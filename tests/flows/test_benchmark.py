@@ -103,3 +103,30 @@ def test_quality_bench_runs_the_pipeline_per_topology_and_seed(tmp_path):
     assert set(rep["goals"]) >= {"headroom_closed", "event_recall", "test_events_per_run"}
     assert not rep["goals"]["test_events_per_run"]["met"]  # 3 days of Abilene: far fewer than 40 test events
     assert (results / "quality.png").stat().st_size > 10_000 and last_json(proc.stdout)["mlflow_run_id"]
+
+
+@pytest.mark.spark
+def test_ingest_bench_reports_progress_a_table_and_a_chart(tmp_path):
+    """`faultline bench ingest` at the small size (one CPU Spark run and local[1] beside it): each variant logged
+    as it finishes, the table in the log, the JSON and its chart in MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    results = tmp_path / "results"
+    sets = ["--set", f"paths.root={tmp_path}", "--set", "bench.repeat_under_s=0", "--set", "bench.spark_cores=[1]"]
+    proc = faultline(  # -v: Prefect's INFO lines, where each variant's line goes
+        "-v", "bench", "ingest", "--size", "small", *sets, "--results", str(results), "--work", str(tmp_path / "work"),
+        "--json", root=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    assert "ingest bench 1/2 cpu-spark" in log and "ingest bench 2/2 cpu-spark-cores1" in log
+    assert "| cpu-spark-cores1 |" in log and "CPU Spark by cores: 1 cores" in log  # the table, in the run's log
+    rep = json.loads((results / "ingest.json").read_text())
+    assert list(rep["spark_variants"]) == ["cpu-spark", "cpu-spark-cores1"]
+    assert rep["device"] == f"{rep['hardware']['cpu_count']}-core CPU"  # no GPU in CI
+    assert [s["cores"] for s in rep["cpu_core_scaling"]] == [1, rep["hardware"]["cpu_count"]]
+    assert (results / "ingest.png").stat().st_size > 5_000
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(last_json(proc.stdout)["mlflow_run_id"])
+    assert run.data.tags["benchmark"] == "ingest"
+    assert {"ingest.json", "ingest.png"} <= {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -1,4 +1,5 @@
-"""The stage retry policy on a real (ephemeral) Prefect API: transient failures retry, rejections do not."""
+"""The stage retry policy on a real (ephemeral) Prefect API: transient failures retry, rejections do not; and the
+progress artifact that long tasks move."""
 
 from __future__ import annotations
 
@@ -75,3 +76,39 @@ def test_backoff_is_exponential_with_jitter():
     delays = TASK_OPTIONS["retry_delay_seconds"](TASK_OPTIONS["retries"])  # prefect's exponential_backoff
     assert TASK_OPTIONS["retries"] >= 2 and len(delays) == TASK_OPTIONS["retries"] and delays[1] > delays[0]
     assert TASK_OPTIONS["retry_jitter_factor"] > 0
+
+
+def test_a_progress_artifact_moves_and_a_failure_to_show_it_is_harmless(monkeypatch):
+    """``runner.progress_artifact`` (training's epochs, the ingest bench's variants) on the real API: the artifact
+    ends at 100 %; when the API refuses an update the run goes on."""
+    import asyncio
+
+    import prefect.artifacts
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from tasks.runner import progress_artifact
+
+    @flow
+    def steps(key: str) -> str:
+        move = progress_artifact(key, "three steps")
+        for k in (1, 2, 3):
+            move(k / 3)
+        return "done"
+
+    assert steps("test-progress") == "done"
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["test-progress"]))
+            )
+
+    (art,) = asyncio.run(read())
+    assert art.type == "progress" and art.data == pytest.approx(100.0)
+
+    def refuse(*a, **k):
+        raise RuntimeError("API gone")
+
+    monkeypatch.setattr(prefect.artifacts, "update_progress_artifact", refuse)
+    assert steps("test-progress-refused") == "done"

@@ -13,6 +13,7 @@ import re
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ def pyarrow_csv_to_parquet(files: list[Path], out: Path, compression: str) -> in
 
 
 Variant = tuple[str, dict[str, Any]]  # (name, IngestConfig updates)
+Progress = Callable[[int, int, str, dict[str, Any]], None] | None  # (variants done, of, the last one's name, its run)
 
 
 def variants(cfg: IngestConfig, gpu_tasks: list[int], spark_cores: list[int] = ()) -> list[Variant]:
@@ -192,9 +194,10 @@ def write_partial(path: Path, spark_runs: dict[str, dict[str, Any]], remaining: 
 
 
 def _spark_variants(
-    work: Path, raw: Path, raw_mb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig
+    work: Path, raw: Path, raw_mb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig, progress: Progress
 ) -> dict[str, dict[str, Any]]:
-    """Each Spark variant over the same files, the median of its runs; the finished ones on disk after each."""
+    """Each Spark variant over the same files, the median of its runs; the finished ones on disk after each, and
+    ``progress(done, total, name, run)`` told."""
     (work / PARTIAL).unlink(missing_ok=True)  # an earlier invocation's: never read as this one's
     spark_runs: dict[str, dict[str, Any]] = {}
     todo = variants(cfg, bench.gpu_tasks, bench.spark_cores)
@@ -205,17 +208,24 @@ def _spark_variants(
             lambda vcfg=vcfg, conf=conf: _spark_once(raw, work / "spark-out", vcfg, conf), bench.repeat_under_s
         )
         r["mb_per_s"] = round(raw_mb / r["seconds"], 2)
-        logger.info("ingest bench %s: %.1f s (median of %d), %.1f MB/s", name, r["seconds"], r["runs"], r["mb_per_s"])
         write_partial(work / PARTIAL, spark_runs, [n for n, _ in todo[i + 1 :]], raw_mb)
+        if progress is not None:
+            progress(i + 1, len(todo), name, r)
+        else:
+            logger.info(
+                "ingest bench %s: %.1f s (median of %d), %.1f MB/s", name, r["seconds"], r["runs"], r["mb_per_s"]
+            )
     return spark_runs
 
 
-def bench_ingest(work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig) -> dict[str, Any]:
+def bench_ingest(
+    work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig, progress: Progress = None
+) -> dict[str, Any]:
     raw = Path(bench.raw) if bench.raw else ensure_raw(work, size_gb)
     layout = discover(raw)
     raw_mb = sum(p.stat().st_size for p in layout.kpi_files + layout.alarm_files) / MB
     kpi_mb = sum(p.stat().st_size for p in layout.kpi_files) / MB
-    spark_runs = _spark_variants(work, raw, raw_mb, cfg, rt, bench)
+    spark_runs = _spark_variants(work, raw, raw_mb, cfg, rt, bench, progress)
     arrow_runs = []
     for _ in range(ARROW_REPEATS):  # a few seconds each: the median of three
         shutil.rmtree(work / "arrow-out", ignore_errors=True)
@@ -229,6 +239,7 @@ def bench_ingest(work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, ben
     result = {
         "benchmark": "ingest",
         "hardware": rt.hardware.as_dict(),
+        "device": rt.hardware.gpus[0].name if rt.hardware.gpus else f"{rt.hardware.cpu_count}-core CPU",
         "spark_master": cfg.master,
         "raw": str(raw),
         "raw_mb": round(raw_mb, 1),

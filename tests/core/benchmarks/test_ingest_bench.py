@@ -85,8 +85,10 @@ def test_a_run_cut_short_leaves_the_variants_it_finished(tmp_path, monkeypatch):
         return {"seconds": seconds[name], "spark_start_s": 1.0, "rows_in": 5, "rows_out": 4, "rows_quarantined": 1}
 
     monkeypatch.setattr(bi, "_spark_once", fake_once)
+    told = []
     with pytest.raises(RuntimeError, match="went back"):
-        bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench)
+        bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench, lambda *a: told.append(a[:3]))
+    assert told == [(1, 5, "cpu-spark"), (2, 5, "rapids-tasks1"), (3, 5, "rapids-tasks2")]  # progress, as each ends
     part = json.loads((work / bi.PARTIAL).read_text())
     assert seen == ["cpu-spark", "rapids-tasks1", "rapids-tasks2"] and part["partial"] is True
     assert list(part["spark_variants"]) == seen
@@ -142,3 +144,26 @@ def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar,
     # on Spark 4 the plugin puts its shuffle manager in by itself; this switch tells it to use Spark's own shuffle
     assert names["faultline-bench-rapids-tasks2-spark-shuffle"]["spark.rapids.shuffle.enabled"] == "false"
     assert "spark.rapids.shuffle.enabled" not in names["faultline-bench-rapids-tasks2"]
+
+
+def test_the_report_table_and_chart(tmp_path):
+    from tasks.core.benchmarks.ingest_report import markdown_table, plot_ingest
+
+    def run(seconds, lo, hi, util=None):
+        return {"seconds": seconds, "runs": 3, "min_max_s": [lo, hi], "mb_per_s": 1000 / seconds, "gpu_util_mean": util}
+
+    rep = {"raw_mb": 1000.0, "device": "NVIDIA H100 80GB HBM3", "pyarrow_seconds": 4.0, "pyarrow_runs": 3}
+    rep["pyarrow_min_max_s"], rep["pyarrow_mb_per_s"] = [3.9, 4.2], 245.0
+    rep["spark_variants"] = {"cpu-spark": run(40.0, 39.0, 42.0), "rapids-tasks2": run(10.0, 9.5, 11.0, 71.4)}
+    rep["cpu_core_scaling"] = [
+        {"cores": 2, "seconds": 80.0, "speedup": 1.0},
+        {"cores": 16, "seconds": 40.0, "speedup": 2.0},
+    ]
+    table = markdown_table(rep)
+    assert "| rapids-tasks2 | 10.0 | 3 | 9.5–11.0 | 100.0 | 4.0x | 71 % |" in table
+    assert "| cpu-spark | 40.0 | 3 | 39.0–42.0 | 25.0 | 1.0x | — |" in table
+    assert "| pyarrow CSV→Parquet (KPI only, no rules) | 4.0 | 3 | 3.9–4.2 | 245.0 |" in table
+    assert "CPU Spark by cores: 2 cores 80.0 s (1.0x), 16 cores 40.0 s (2.0x)." in table
+    assert "by cores" not in markdown_table({**rep, "cpu_core_scaling": None})
+    png = plot_ingest(rep, tmp_path / "ingest.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
