@@ -69,19 +69,24 @@ def scaling_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
 
 @task(name="bench-ingest", **TASK_OPTIONS)
 def ingest_bench_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
-    """Each Spark variant's median logged and counted in a progress artifact as it finishes (a run on the GPU host
-    takes minutes a variant); then the table as an artifact and the chart in MLflow."""
-    from tasks.core.benchmarks.ingest import bench_ingest
+    """Each Spark variant's median logged, and counted in the CLI's progress bar and a progress artifact, as it
+    finishes (a run on the GPU host takes minutes a variant); then the table as an artifact and the chart in MLflow."""
+    from tqdm import tqdm
+
+    from tasks.core.benchmarks.ingest import bench_ingest, variants
     from tasks.core.benchmarks.ingest_report import markdown_table, plot_ingest
 
     move, say = progress_artifact("bench-ingest-progress", "ingest benchmark: Spark variants done"), logger().info
-
-    def progress(done: int, total: int, name: str, run: dict[str, Any]) -> None:
-        say("ingest bench %d/%d %s: %.1f s (median of %d)", done, total, name, run["seconds"], run["runs"])
-        move(done / total)
-
     b = cfg.bench
-    res = bench_ingest(Path(b.work) / "ingest", b.sized.size_gb, cfg.ingest, rt, b, progress)
+    with tqdm(total=len(variants(cfg.ingest, b.gpu_tasks, b.spark_cores)), desc="bench ingest", unit="variant") as bar:
+
+        def progress(done: int, total: int, name: str, run: dict[str, Any]) -> None:
+            say("ingest bench %d/%d %s: %.1f s (median of %d)", done, total, name, run["seconds"], run["runs"])
+            bar.set_postfix_str(f"{name} {run['seconds']:.1f} s")
+            bar.update(1)
+            move(done / total)
+
+        res = bench_ingest(Path(b.work) / "ingest", b.sized.size_gb, cfg.ingest, rt, b, progress)
     png = plot_ingest(res, Path(cfg.paths.bench_results) / "ingest.png")
     res = _publish(cfg, "ingest", res, (png,))
     table = markdown_table(res)

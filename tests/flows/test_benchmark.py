@@ -120,6 +120,7 @@ def test_ingest_bench_reports_progress_a_table_and_a_chart(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     log = proc.stdout + proc.stderr
     assert "ingest bench 1/2 cpu-spark" in log and "ingest bench 2/2 cpu-spark-cores1" in log
+    assert "bench ingest: 100%" in proc.stderr and "2/2" in proc.stderr  # the CLI's own progress bar
     assert "| cpu-spark-cores1 |" in log and "CPU Spark by cores: 1 cores" in log  # the table, in the run's log
     rep = json.loads((results / "ingest.json").read_text())
     assert list(rep["spark_variants"]) == ["cpu-spark", "cpu-spark-cores1"]
