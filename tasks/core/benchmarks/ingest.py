@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tasks.core.benchmarks.measure import ratio
+from tasks.core.benchmarks.measure import ratio, spread
 from tasks.core.config import BenchConfig, IngestConfig
 from tasks.core.runtime import Runtime, spark_conf, spark_session
 from tasks.core.stages.ingest import run_ingest
@@ -166,14 +165,13 @@ def _median_of(run, repeat_under_s: float) -> dict[str, Any]:
     runs = [run()]
     if runs[0]["seconds"] < repeat_under_s:
         runs += [run(), run()]
-    times = sorted(r["seconds"] for r in runs)
-    med = statistics.median(times)
-    pick = min(runs, key=lambda r: abs(r["seconds"] - med))
+    s = spread([r["seconds"] for r in runs])
+    pick = min(runs, key=lambda r: abs(r["seconds"] - s["median"]))
     return {
         **pick,
-        "seconds": round(med, 2),
+        "seconds": round(s["median"], 2),
         "runs": len(runs),
-        "min_max_s": [round(times[0], 2), round(times[-1], 2)],
+        "min_max_s": [round(s["min"], 2), round(s["max"], 2)],
         "spark_start_s": round(pick["spark_start_s"], 2),
     }
 
@@ -232,7 +230,8 @@ def bench_ingest(
         t0 = time.perf_counter()
         arrow_rows = pyarrow_csv_to_parquet(list(layout.kpi_files), work / "arrow-out", cfg.compression)
         arrow_runs.append(time.perf_counter() - t0)
-    arrow_s = statistics.median(arrow_runs)
+    arrow = spread(arrow_runs)
+    arrow_s = arrow["median"]
     cpu = spark_runs["cpu-spark"]
     spark_mb_s, arrow_mb_s = raw_mb / cpu["seconds"], kpi_mb / arrow_s
     rows = {(r["rows_in"], r["rows_out"], r["rows_quarantined"]) for r in spark_runs.values()}
@@ -255,7 +254,7 @@ def bench_ingest(
         "spark_variants": spark_runs,
         "pyarrow_seconds": round(arrow_s, 2),
         "pyarrow_runs": ARROW_REPEATS,
-        "pyarrow_min_max_s": [round(min(arrow_runs), 2), round(max(arrow_runs), 2)],
+        "pyarrow_min_max_s": [round(arrow["min"], 2), round(arrow["max"], 2)],
         "pyarrow_rows": arrow_rows,
         "pyarrow_mb_per_s": round(arrow_mb_s, 2),
         "spark_vs_pyarrow": round(spark_mb_s / arrow_mb_s, 3),
