@@ -72,3 +72,19 @@ def test_installed_rapids_jar_is_the_venvs(tmp_path, monkeypatch):
     assert spark_conf(cfg, H200, None)["spark.jars"] == str(
         tmp_path / "jars" / "rapids-4-spark_2.13-26.08.1-cuda13.jar"
     )
+
+
+def test_input_splits_are_at_least_four_a_core_of_a_local_master(tmp_path):
+    """14 files of 73 MB made 5 splits on 2 cores (one core idle through the last); 16 cores could get 28 of
+    unequal size. A cluster's master says nothing about its cores here: Spark's own default stays."""
+    local = load_config("local").ingest
+    assert spark_conf(local, CPU, None)["spark.sql.files.minPartitionNum"] == "8"
+    assert spark_conf(local, H200, None)["spark.sql.files.minPartitionNum"] == "64"
+    three = load_config("local", ["ingest.master=local[3]"]).ingest
+    assert spark_conf(three, H200, None)["spark.sql.files.minPartitionNum"] == "12"
+    cluster = load_config("local", ["ingest.master=spark://127.0.0.1:7077"]).ingest
+    assert "spark.sql.files.minPartitionNum" not in spark_conf(cluster, H200, None)
+    jar = tmp_path / "rapids-4-spark_2.13-26.08.1-cuda13.jar"
+    jar.write_bytes(b"")
+    rapids = load_config("local", [f"ingest.rapids_jar={jar}"]).ingest
+    assert "spark.sql.files.minPartitionNum" not in spark_conf(rapids, H200, None)

@@ -9,7 +9,6 @@ and its own application; GPU utilization is sampled inside it over the ingest on
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Any
 
 from tasks.core.benchmarks.measure import ratio, spread
 from tasks.core.config import BenchConfig, IngestConfig
-from tasks.core.runtime import Runtime, spark_conf, spark_session
+from tasks.core.runtime import Runtime, master_cores, spark_conf, spark_session
 from tasks.core.stages.ingest import run_ingest
 from tasks.core.stages.raw import discover
 from tasks.core.stages.simulate import simulate
@@ -71,14 +70,6 @@ def variants(cfg: IngestConfig, gpu_tasks: list[int], spark_cores: list[int] = (
         out.append((f"rapids-tasks{cfg.concurrent_gpu_tasks}-spark-shuffle", {"rapids_shuffle_mode": "SPARK"}))
     out += [(f"cpu-spark-cores{n}", {"rapids_jar": None, "master": f"local[{n}]"}) for n in spark_cores]
     return out
-
-
-def master_cores(master: str, cpu_count: int) -> int | None:
-    """How many cores a local master runs tasks on (local[*] = the host's); None for a cluster's master."""
-    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
-    if not m:
-        return None
-    return cpu_count if m.group(1) == "*" else int(m.group(1) or 1)
 
 
 def core_scaling(spark_runs: dict[str, dict[str, Any]], master: str, cpu_count: int) -> list[dict[str, Any]] | None:

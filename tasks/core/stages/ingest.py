@@ -8,6 +8,7 @@ placed by their own timestamp, whatever file they arrived in.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tasks.core.sparkops import job_group
 from tasks.core.stages.raw import CORRUPT, RawLayout, read_alarms, read_kpi
 from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 
+SLOT = "_slot"  # a KPI row's shuffle partition on the CPU: its day and a bucket of its element (by_day)
 EST_BYTES_PER_ROW = 24  # compressed Parquet, measured on simulator output; sizes files toward the block size
 
 
@@ -30,12 +32,12 @@ def violations(rules: list[Rule]) -> dict:
     return {"malformed": malformed, **{r.reason: ~malformed & F.coalesce(r.violation(), F.lit(False)) for r in rules}}
 
 
-def rank_rows(df, flags: dict, key: tuple[str, ...], cluster: str | None = None):
+def rank_rows(df, flags: dict, key: tuple[str, ...], cluster: tuple[str, ...] = ()):
     """Every row with ``_bad`` (it breaks a rule) and ``duplicate`` (a clean row that lost to another clean copy of
     its key). The reasons themselves are not columns here: they are evaluated where they are needed (the counts,
-    the quarantined rows), so the rows that are kept between the two writes stay narrow. ``cluster``: a column the
-    rows are already partitioned by and that the key determines (the day of a KPI key's timestamp): the window
-    groups by it too, which splits no key's copies and needs no shuffle of its own."""
+    the quarantined rows), so the rows that are kept between the two writes stay narrow. ``cluster``: columns the
+    rows are already partitioned by and that the key determines (the day of a KPI key's timestamp, its slot): the
+    window groups by them too, which splits no key's copies and needs no shuffle of its own."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -43,7 +45,7 @@ def rank_rows(df, flags: dict, key: tuple[str, ...], cluster: str | None = None)
     flagged = df.withColumn("_bad", F.greatest(*every) if len(every) > 1 else every[0])
     # Rows that pass every rule sort first, so the winner is chosen among them alone: a dirty re-send of a
     # sample (or a broken line that parsed a key) never outranks, and so never displaces, a clean copy.
-    w = Window.partitionBy(*([cluster] if cluster else []), *key).orderBy(
+    w = Window.partitionBy(*cluster, *key).orderBy(
         F.col("_bad").asc(), F.col("_source_file").desc(), F.col("_seq").desc()
     )
     rank = F.row_number().over(w)
@@ -65,17 +67,16 @@ def _quarantined(ranked, flags: dict):
 
 
 def _write(df, path: Path, cfg: IngestConfig, partition: str = "date", clustered: bool = False) -> None:
-    """One directory per ``partition`` value, rows sorted by element and time. ``clustered``: every value of
-    ``partition`` already sits in one Spark partition (no shuffle needed, one writer per value all the same)."""
+    """One directory per ``partition`` value, rows sorted by element and time. ``clustered``: the rows already sit
+    where they are written from (a day in one Spark partition, or in one per bucket: :func:`by_day`), so no shuffle
+    is needed; a ``_slot`` column is sorted on (the window's order, so no sort runs again) and not written."""
     block = cfg.parquet_block_size_mb * 1024 * 1024
     df = df if clustered else df.repartition(partition)
-    (
-        df.sortWithinPartitions(partition, *[c for c in ("element_id", "timestamp") if c in df.columns])
-        .write.mode("error")
-        .option("maxRecordsPerFile", max(1, block // EST_BYTES_PER_ROW))
-        .partitionBy(partition)
-        .parquet(str(path))
-    )
+    order = [c for c in (SLOT, "element_id", "timestamp") if c in df.columns]  # the window's order: no sort again
+    df = df.sortWithinPartitions(partition, *order).drop(SLOT)
+    df.write.mode("error").option("maxRecordsPerFile", max(1, block // EST_BYTES_PER_ROW)).partitionBy(
+        partition
+    ).parquet(str(path))
     if not any(path.rglob("*.parquet")):  # nothing to write: still leave a readable, typed, empty dataset
         df.limit(0).coalesce(1).write.mode("overwrite").parquet(str(path))
 
@@ -109,6 +110,54 @@ def _counts(flags: dict) -> list:
     ]
 
 
+def by_day(spark, df, span: tuple[datetime, datetime], partitions: int) -> tuple[Any, tuple[str, ...]]:
+    """``df`` (with ``_day``) shuffled so that every copy of a KPI key lands in one partition, and the columns that
+    name a partition (for the window to group by).
+
+    On the CPU: ``partitions`` spread over the days in ``span``, each day cut into ``ceil(partitions / days)``
+    buckets by element, each (day, bucket) its own partition (Spark 4.1's repartitionById): no two days share a
+    task, and a host with more cores than days still has a task per core (hashing by day alone left 14 days in 4
+    lopsided tasks, and 16 cores could never run more than one task a day). A row outside ``span`` (the window rule
+    quarantines it) or without a day goes where its slot falls, with every copy of its key. The lake gets a file per
+    bucket and day. With the RAPIDS Accelerator: hashed by day, the plan checked on the GPU (bench/results/h100)."""
+    from pyspark.sql import functions as F
+
+    from tasks.core.sparkops import plugin_active
+
+    if plugin_active(dict(spark.sparkContext.getConf().getAll())):
+        return df.repartition("_day"), ("_day",)
+    start, end = span
+    days = max(1, (end.date() - start.date()).days)
+    buckets = max(1, -(-partitions // days))
+    day_no = F.datediff(F.col("_day"), F.lit(start.date()))
+    slot = F.pmod(day_no * buckets + F.pmod(F.xxhash64("element_id"), F.lit(buckets)), F.lit(days * buckets))
+    return df.withColumn(SLOT, slot.cast("int")).repartitionById(days * buckets, SLOT), ("_day", SLOT)
+
+
+def _counting(spark, ranked, flags: dict, group: str, name: str, clustered: bool):
+    """``ranked`` for the first write over every row (the quarantine's), and what gives the counts (:func:`_counts`)
+    once that write has run.
+
+    On the CPU, for ``clustered`` rows (the KPI: the write reads the persisted rows with no shuffle between), the
+    counts ride on that write (an Observation: no pass over the rows for a count alone). Otherwise the persisted
+    rows are counted in a pass of their own first: the RAPIDS Accelerator cannot plan CollectMetrics and would take
+    the write's whole query off the GPU; and where the write shuffles, AQE drops an observation above a stage that
+    comes out empty (an alarm day with nothing to quarantine), so the metrics would never arrive."""
+    from pyspark.sql import Observation
+
+    from tasks.core.sparkops import plugin_active
+
+    def ints(row: dict) -> dict[str, int]:
+        return {k: int(v or 0) for k, v in row.items()}
+
+    if clustered and not plugin_active(dict(spark.sparkContext.getConf().getAll())):
+        observation = Observation(f"ingest-{name}")
+        return ranked.observe(observation, *_counts(flags)), lambda: ints(observation.get)
+    with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; count rows in"):
+        counts = ints(ranked.agg(*_counts(flags)).first().asDict())
+    return ranked, lambda: counts
+
+
 def _check_rows(name: str, counts: dict[str, int], lake: dict[str, Any], quarantine: dict[str, Any]) -> tuple[int, int]:
     """Rows in = lake + quarantine, each as the files on disk say (Parquet footers) against the counts of the pass
     that read the input."""
@@ -130,38 +179,39 @@ def ingest_source(
     out: Path,
     name: str,
     cfg: IngestConfig,
+    span: tuple[datetime, datetime],
 ) -> dict[str, Any]:
     """One source's lake and quarantine. The raw input is read once: that pass parses, flags and ranks the rows,
-    keeps them (persisted) for the two writes, and counts them (rows in, quarantined, per reason) as it goes; no
-    count re-reads anything. (Spark's Observation would fold the counts into the lake's write, but the RAPIDS
-    Accelerator cannot plan CollectMetrics and would run the whole query on the CPU.)"""
+    keeps them (persisted) for the two writes, and counts them (rows in, quarantined, per reason) as the first
+    write goes (:func:`_counting`)."""
     from pyspark.sql import functions as F
 
     group = f"ingest:{name}"
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
-    # day, and the window (grouped by day and key), the lake's write (partitioned by day) and the quarantine's
-    # run inside those partitions. Otherwise (alarms: keyed by alarm_id alone) the window and each write shuffle
-    # on their own.
-    cluster = "_day" if cfg.dedup_by_day and "timestamp" in key else None
-    if cluster:
-        df = df.withColumn(cluster, F.to_date("timestamp")).repartition(cluster)
+    # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
+    # (alarms: keyed by alarm_id alone) the window and each write shuffle on their own.
+    cluster: tuple[str, ...] = ()
+    if cfg.dedup_by_day and "timestamp" in key:
+        df, cluster = by_day(spark, df.withColumn("_day", F.to_date("timestamp")), span, cfg.shuffle_partitions)
     flags = violations(rules)
     reasons = [*flags, "duplicate"]
     ranked = rank_rows(df, flags, key, cluster).persist()
-    with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; count rows in"):
-        counts = {k: int(v or 0) for k, v in ranked.agg(*_counts(flags)).first().asDict().items()}
-    day = F.col(cluster) if cluster else F.to_date("timestamp")
-    clean = _clean(ranked).select(*columns, day.alias("date"))
-    with job_group(spark, group, f"ingest {name}: write the lake"):
-        _write(clean, out / name, cfg, clustered=cluster is not None)
+    observed, counted = _counting(spark, ranked, flags, group, name, clustered=bool(cluster))
     q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, "_source_file", *reasons, "reasons"]
     quarantine = (
-        _quarantined(ranked, flags)
+        _quarantined(observed, flags)
         .select(*q_cols)
         .withColumn("date", F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown")))
     )
-    with job_group(spark, group, f"ingest {name}: write the quarantine"):
-        _write(quarantine, out / "quarantine" / name, cfg, clustered=cluster is not None)
+    # the quarantine first: its pass reads every ranked row (so it counts them, and fills the cache); the lake's
+    # write then reads the filled cache, whose order (the window's) spares it a sort
+    with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; write the quarantine"):
+        _write(quarantine, out / "quarantine" / name, cfg, clustered=bool(cluster))
+    counts = counted()
+    day = F.col("_day") if cluster else F.to_date("timestamp")
+    clean = _clean(ranked).select(*columns, day.alias("date"), *[c for c in cluster if c == SLOT])
+    with job_group(spark, group, f"ingest {name}: write the lake"):
+        _write(clean, out / name, cfg, clustered=bool(cluster))
     ranked.unpersist()
     out_facts = _parquet_facts(out / name)
     rows_in, rows_q = _check_rows(name, counts, out_facts, _parquet_facts(out / "quarantine" / name))
@@ -171,7 +221,7 @@ def ingest_source(
         "rows_quarantined": rows_q,
         "quarantine_by_reason": {k: counts[k] for k in reasons},
         "parquet": out_facts,
-        "schema": clean.schema.jsonValue(),
+        "schema": clean.drop(SLOT).schema.jsonValue(),
     }
 
 
@@ -188,6 +238,7 @@ def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[s
             out,
             "kpi",
             cfg,
+            (layout.start, layout.end),
         ),
         "alarms": ingest_source(
             spark,
@@ -198,6 +249,7 @@ def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[s
             out,
             "alarms",
             cfg,
+            (layout.start, layout.end),
         ),
     }
     (out / "topology.json").write_bytes(layout.topology_file.read_bytes())
