@@ -41,14 +41,14 @@ def _plan(spark, raw: Path):
     run before (a Dataset keeps its physical plan, so a second action on the same one skips its shuffle)."""
     from pyspark.sql import functions as F
 
-    from tasks.core.stages.ingest import rank_rows, violations
+    from tasks.core.stages.ingest import number_files, rank_rows, violations
     from tasks.core.stages.raw import discover, read_kpi
     from tasks.core.stages.rules import KEYS, kpi_rules
 
     layout = discover(raw)
     df = read_kpi(spark, layout)
     flags = violations(kpi_rules(list(layout.topology().element_ids), layout.start, layout.end))
-    by_day = df.withColumn("_day", F.to_date("timestamp")).repartition("_day")
+    by_day = number_files(df)[0].withColumn("_day", F.to_date("timestamp")).repartition("_day")
     return df, by_day, rank_rows(by_day, flags, KEYS["kpi"], "_day")
 
 

@@ -20,6 +20,7 @@ from tasks.core.stages.raw import CORRUPT, RawLayout, read_alarms, read_kpi
 from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 
 SLOT = "_slot"  # a KPI row's shuffle partition on the CPU: its day and a bucket of its element (by_day)
+FILE_NO = "_file_no"  # a row's export file as its place in the input's files in name order (number_files)
 EST_BYTES_PER_ROW = 24  # compressed Parquet, measured on simulator output; sizes files toward the block size
 
 
@@ -30,6 +31,42 @@ def violations(rules: list[Rule]) -> dict:
 
     malformed = F.col(CORRUPT).isNotNull()
     return {"malformed": malformed, **{r.reason: ~malformed & F.coalesce(r.violation(), F.lit(False)) for r in rules}}
+
+
+def number_files(df) -> tuple[Any, Any]:
+    """``df`` with ``_source_file`` (a ``file://`` URI a row, the widest value a KPI row carries through the shuffle,
+    the window's sort and the cache) replaced by ``_file_no``, the file's 1-based place among the input's files in
+    URI order, and the array of those URIs (``element_at`` gives a row's URI back). The dedup order is unchanged: a
+    later file by name has a higher number. A row finds its number by the URI's 64-bit hash in a map of the listed
+    files' hashes (folded into a literal when the plan is optimized): one long compared per file, where comparing the
+    URIs, which differ only near their ends, cost the 1 GB read about 5 of its 42 task-seconds on 2 cores
+    (bench/results/ingest-profile/s30*.json). Two listed files with one hash (odds of about n^2 / 2^65) fail the
+    stage on Spark's duplicate map key, never a silent mix-up; a row from a file missing from the listing the read
+    was planned on fails it too, naming the file."""
+    from pyspark.sql import functions as F
+
+    files = sorted(df.inputFiles())
+    uris, uri = F.array(*[F.lit(u) for u in files]), F.col("_source_file")
+    by_hash = F.create_map(*[x for n, u in enumerate(files, 1) for x in (F.xxhash64(F.lit(u)), F.lit(n))])
+    unlisted = F.raise_error(F.concat(F.lit("ingest: a row from a file not in the input's listing: "), uri))
+    no = F.coalesce(by_hash[F.xxhash64(uri)].cast("int"), unlisted.cast("int"))
+    return df.withColumn(FILE_NO, no).drop("_source_file"), uris
+
+
+def _file_numbers(spark, df) -> tuple[Any, Any]:
+    """:func:`number_files` on CPU runs, and the quarantine's ``_source_file`` column. With the RAPIDS Accelerator the
+    rows keep the URI: there the unlisted-file guard failed the KPI ingest on an H200 (session 30,
+    bench/results/h200/s30: the error named a listed file; not diagnosed further, the lease ended; a GPU evaluating
+    raise_error for a whole batch would do it), and the URI is the path checked row for row against the CPU's
+    (bench/results/h100/s28)."""
+    from pyspark.sql import functions as F
+
+    from tasks.core.sparkops import plugin_active
+
+    if plugin_active(dict(spark.sparkContext.getConf().getAll())):
+        return df, F.col("_source_file")
+    df, uris = number_files(df)
+    return df, F.element_at(uris, F.col(FILE_NO)).alias("_source_file")
 
 
 def rank_rows(df, flags: dict, key: tuple[str, ...], cluster: tuple[str, ...] = ()):
@@ -45,9 +82,8 @@ def rank_rows(df, flags: dict, key: tuple[str, ...], cluster: tuple[str, ...] = 
     flagged = df.withColumn("_bad", F.greatest(*every) if len(every) > 1 else every[0])
     # Rows that pass every rule sort first, so the winner is chosen among them alone: a dirty re-send of a
     # sample (or a broken line that parsed a key) never outranks, and so never displaces, a clean copy.
-    w = Window.partitionBy(*cluster, *key).orderBy(
-        F.col("_bad").asc(), F.col("_source_file").desc(), F.col("_seq").desc()
-    )
+    newest = F.col(FILE_NO if FILE_NO in df.columns else "_source_file").desc()  # the file's number, or its URI
+    w = Window.partitionBy(*cluster, *key).orderBy(F.col("_bad").asc(), newest, F.col("_seq").desc())
     rank = F.row_number().over(w)
     return flagged.withColumn("duplicate", ~F.col("_bad") & (rank > 1))
 
@@ -190,6 +226,7 @@ def ingest_source(
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
     # (alarms: keyed by alarm_id alone) the window and each write shuffle on their own.
+    df, source = _file_numbers(spark, df)
     cluster: tuple[str, ...] = ()
     if cfg.dedup_by_day and "timestamp" in key:
         df, cluster = by_day(spark, df.withColumn("_day", F.to_date("timestamp")), span, cfg.shuffle_partitions)
@@ -197,7 +234,7 @@ def ingest_source(
     reasons = [*flags, "duplicate"]
     ranked = rank_rows(df, flags, key, cluster).persist()
     observed, counted = _counting(spark, ranked, flags, group, name, clustered=bool(cluster))
-    q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, "_source_file", *reasons, "reasons"]
+    q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, source, *reasons, "reasons"]
     quarantine = (
         _quarantined(observed, flags)
         .select(*q_cols)

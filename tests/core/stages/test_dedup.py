@@ -85,3 +85,26 @@ def _all_keys(raw) -> set[tuple[str, str]]:
     topo = json.loads((raw / "topology.json").read_text())
     ts = pd.date_range(truth["start"], periods=288 * truth["days"], freq="5min", tz="UTC")
     return {(t.strftime("%Y-%m-%dT%H:%M:%SZ"), e["element_id"]) for t in ts for e in topo["elements"]}
+
+
+def test_file_numbers_keep_the_file_order_and_give_the_uri_back(spark, tiny_raw):
+    """The ingest carries a row's export file as a number (number_files): ranked in the same order as the URIs it
+    replaces, each number gives its row's URI back, and a row from a file outside the listing fails loudly."""
+    from pyspark.sql import functions as F
+
+    from tasks.core.stages.ingest import FILE_NO, number_files
+    from tasks.core.stages.raw import read_kpi
+
+    df = read_kpi(spark, discover(tiny_raw))
+    numbered, uris = number_files(df.withColumn("_uri", F.col("_source_file")))
+    assert "_source_file" not in numbered.columns
+    plan = numbered._jdf.queryExecution().optimizedPlan().toString()
+    assert "xxhash64(file:" not in plan  # the listed files' hashes are folded into a literal map, not hashed a row
+    got = numbered.select(FILE_NO, "_uri", F.element_at(uris, F.col(FILE_NO)).alias("back")).distinct().collect()
+    assert len(got) == len(discover(tiny_raw).kpi_files) > 1
+    assert all(r["back"] == r["_uri"] for r in got)  # the quarantine's _source_file is the URI Spark read
+    assert [r["_uri"] for r in sorted(got, key=lambda r: r[FILE_NO])] == sorted(r["_uri"] for r in got)
+
+    stray, _ = number_files(df.withColumn("_source_file", F.lit("file:///elsewhere/kpi_2026-01-09.csv")))
+    with pytest.raises(Exception, match="not in the input's listing: file:///elsewhere/kpi_2026-01-09.csv"):
+        stray.agg(F.max(FILE_NO)).collect()

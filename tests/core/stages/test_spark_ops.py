@@ -99,6 +99,10 @@ def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_ra
     start = next(e for e in events if e["Event"] == "SparkListenerApplicationStart")
     assert start["App Name"] == "faultline-ingest"
     assert any(e["Event"] == "SparkListenerApplicationEnd" for e in events)  # stopped, not left running
+    # with the plugin the rows keep their file's URI: the file number (number_files) is for CPU runs only, its guard
+    # having failed the KPI ingest on an H200 (session 30)
+    plans = [e.get("physicalPlanDescription", "") for e in events if e["Event"].endswith("SQLExecutionStart")]
+    assert any("_source_file" in p for p in plans) and not any("_file_no" in p for p in plans)
     jobs = [e for e in events if e["Event"] == "SparkListenerJobStart"]
     assert jobs
     for job in jobs:
