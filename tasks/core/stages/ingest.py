@@ -223,10 +223,10 @@ def ingest_source(
     from pyspark.sql import functions as F
 
     group = f"ingest:{name}"
+    df, source = _file_numbers(spark, df)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
     # (alarms: keyed by alarm_id alone) the window and each write shuffle on their own.
-    df, source = _file_numbers(spark, df)
     cluster: tuple[str, ...] = ()
     if cfg.dedup_by_day and "timestamp" in key:
         df, cluster = by_day(spark, df.withColumn("_day", F.to_date("timestamp")), span, cfg.shuffle_partitions)
