@@ -21,6 +21,8 @@
 #             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup;
 #             the variants finished so far come back as ingest_partial.json (in out.tgz) if the lease ends first;
 #             last, CPU Spark on local[N] for each N in SPARK_CORES (default 2 8; empty: none), beside local[*]
+#   guard     bench/device/guard_probe.py on the bench's exports: the ingest's file-number guard with the plugin on
+#             and off (the when guard, session 30's coalesce guard, a row from an unlisted file)
 #   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
 #   trainab   bench/device/train_ab.py: the same bench size with Horovod, the tree before issue 18 (BASE, a git
@@ -101,6 +103,9 @@ print("  pyarrow", d["pyarrow_seconds"], "s; rapids vs CPU Spark", d.get("rapids
 print("  CPU Spark by cores:", d.get("cpu_core_scaling"))
 PY
       ;;
+    guard) RAW=$(ls -d /tmp/fl/bench/ingest/raw-*/ | head -1)
+      .venv/bin/python bench/device/guard_probe.py "$RAW" $R/guard_probe.json > $R/guard_probe.log 2>&1
+      echo "guard rc=$?" >> $R/steps.log; tail -n 1 $R/guard_probe.log | cut -c1-700 >> $R/steps.log ;;
     train) $FL bench train --profile gpu --set train.num_proc=1 --set train.epochs=6 --topology backbone/world \
         --times 4032 --results $R --json > $R/train.log 2>&1
       echo "train rc=$?" >> $R/steps.log

@@ -42,18 +42,21 @@ def number_files(df) -> tuple[Any, Any]:
     URIs, which differ only near their ends, cost the 1 GB read about 5 of its 42 task-seconds on 2 cores
     (bench/results/ingest-profile/s30*.json). Two listed files with one hash (odds of about n^2 / 2^65) fail the
     stage on Spark's duplicate map key, never a silent mix-up; a row from a file missing from the listing the read
-    was planned on fails it too, naming the file."""
+    was planned on fails it too, naming the file. The guard is a ``when``: the RAPIDS Accelerator evaluates a
+    conditional's side-effecting branch only on the rows that take it, but every argument of a ``coalesce`` on the
+    whole batch (GpuCoalesce), which is how a ``coalesce`` guard failed every KPI batch on an H200 (session 30)."""
     from pyspark.sql import functions as F
 
     files = sorted(df.inputFiles())
     uris, uri = F.array(*[F.lit(u) for u in files]), F.col("_source_file")
     by_hash = F.create_map(*[x for n, u in enumerate(files, 1) for x in (F.xxhash64(F.lit(u)), F.lit(n))])
+    found = by_hash[F.xxhash64(uri)].cast("int")
     unlisted = F.raise_error(F.concat(F.lit("ingest: a row from a file not in the input's listing: "), uri))
-    no = F.coalesce(by_hash[F.xxhash64(uri)].cast("int"), unlisted.cast("int"))
+    no = F.when(found.isNull(), unlisted.cast("int")).otherwise(found)
     return df.withColumn(FILE_NO, no).drop("_source_file"), uris
 
 
-def _file_numbers(spark, df) -> tuple[Any, Any]:
+def _file_numbers(df, gpu: bool) -> tuple[Any, Any]:
     """:func:`number_files` on CPU runs, and the quarantine's ``_source_file`` column. With the RAPIDS Accelerator the
     rows keep the URI: there the unlisted-file guard failed the KPI ingest on an H200 (session 30,
     bench/results/h200/s30: the error named a listed file; not diagnosed further, the lease ended; a GPU evaluating
@@ -61,9 +64,7 @@ def _file_numbers(spark, df) -> tuple[Any, Any]:
     (bench/results/h100/s28)."""
     from pyspark.sql import functions as F
 
-    from tasks.core.sparkops import plugin_active
-
-    if plugin_active(dict(spark.sparkContext.getConf().getAll())):
+    if gpu:
         return df, F.col("_source_file")
     df, uris = number_files(df)
     return df, F.element_at(uris, F.col(FILE_NO)).alias("_source_file")
@@ -146,7 +147,7 @@ def _counts(flags: dict) -> list:
     ]
 
 
-def by_day(spark, df, span: tuple[datetime, datetime], partitions: int) -> tuple[Any, tuple[str, ...]]:
+def by_day(df, span: tuple[datetime, datetime], partitions: int, gpu: bool = False) -> tuple[Any, tuple[str, ...]]:
     """``df`` (with ``_day``) shuffled so that every copy of a KPI key lands in one partition, and the columns that
     name a partition (for the window to group by).
 
@@ -155,12 +156,11 @@ def by_day(spark, df, span: tuple[datetime, datetime], partitions: int) -> tuple
     task, and a host with more cores than days still has a task per core (hashing by day alone left 14 days in 4
     lopsided tasks, and 16 cores could never run more than one task a day). A row outside ``span`` (the window rule
     quarantines it) or without a day goes where its slot falls, with every copy of its key. The lake gets a file per
-    bucket and day. With the RAPIDS Accelerator: hashed by day, the plan checked on the GPU (bench/results/h100)."""
+    bucket and day. With the RAPIDS Accelerator (``gpu``): hashed by day, the plan checked on the GPU
+    (bench/results/h100)."""
     from pyspark.sql import functions as F
 
-    from tasks.core.sparkops import plugin_active
-
-    if plugin_active(dict(spark.sparkContext.getConf().getAll())):
+    if gpu:
         return df.repartition("_day"), ("_day",)
     start, end = span
     days = max(1, (end.date() - start.date()).days)
@@ -170,23 +170,22 @@ def by_day(spark, df, span: tuple[datetime, datetime], partitions: int) -> tuple
     return df.withColumn(SLOT, slot.cast("int")).repartitionById(days * buckets, SLOT), ("_day", SLOT)
 
 
-def _counting(spark, ranked, flags: dict, group: str, name: str, clustered: bool):
+def _counting(spark, ranked, flags: dict, group: str, name: str, observe: bool):
     """``ranked`` for the first write over every row (the quarantine's), and what gives the counts (:func:`_counts`)
     once that write has run.
 
-    On the CPU, for ``clustered`` rows (the KPI: the write reads the persisted rows with no shuffle between), the
-    counts ride on that write (an Observation: no pass over the rows for a count alone). Otherwise the persisted
-    rows are counted in a pass of their own first: the RAPIDS Accelerator cannot plan CollectMetrics and would take
-    the write's whole query off the GPU; and where the write shuffles, AQE drops an observation above a stage that
-    comes out empty (an alarm day with nothing to quarantine), so the metrics would never arrive."""
+    With ``observe`` (on the CPU, for clustered rows: the KPI's, where the write reads the persisted rows with no
+    shuffle between), the counts ride on that write (an Observation: no pass over the rows for a count alone).
+    Otherwise the persisted rows are counted in a pass of their own first: the RAPIDS Accelerator cannot plan
+    CollectMetrics and would take the write's whole query off the GPU; and where the write shuffles, AQE drops an
+    observation above a stage that comes out empty (an alarm day with nothing to quarantine), so the metrics would
+    never arrive."""
     from pyspark.sql import Observation
-
-    from tasks.core.sparkops import plugin_active
 
     def ints(row: dict) -> dict[str, int]:
         return {k: int(v or 0) for k, v in row.items()}
 
-    if clustered and not plugin_active(dict(spark.sparkContext.getConf().getAll())):
+    if observe:
         observation = Observation(f"ingest-{name}")
         return ranked.observe(observation, *_counts(flags)), lambda: ints(observation.get)
     with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; count rows in"):
@@ -222,18 +221,20 @@ def ingest_source(
     write goes (:func:`_counting`)."""
     from pyspark.sql import functions as F
 
-    group = f"ingest:{name}"
-    df, source = _file_numbers(spark, df)
+    from tasks.core.sparkops import plugin_active
+
+    group, gpu = f"ingest:{name}", plugin_active(dict(spark.sparkContext.getConf().getAll()))
+    df, source = _file_numbers(df, gpu)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
     # (alarms: keyed by alarm_id alone) the window and each write shuffle on their own.
     cluster: tuple[str, ...] = ()
     if cfg.dedup_by_day and "timestamp" in key:
-        df, cluster = by_day(spark, df.withColumn("_day", F.to_date("timestamp")), span, cfg.shuffle_partitions)
+        df, cluster = by_day(df.withColumn("_day", F.to_date("timestamp")), span, cfg.shuffle_partitions, gpu)
     flags = violations(rules)
     reasons = [*flags, "duplicate"]
     ranked = rank_rows(df, flags, key, cluster).persist()
-    observed, counted = _counting(spark, ranked, flags, group, name, clustered=bool(cluster))
+    observed, counted = _counting(spark, ranked, flags, group, name, observe=bool(cluster) and not gpu)
     q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, source, *reasons, "reasons"]
     quarantine = (
         _quarantined(observed, flags)

@@ -34,7 +34,7 @@ def test_each_day_and_bucket_gets_a_partition_of_its_own(spark):
 
     df = spark.createDataFrame(_rows(), "ts string, element_id string, v double")
     df = df.withColumn("timestamp", F.to_timestamp("ts")).withColumn("_day", F.to_date("timestamp"))
-    out, cluster = by_day(spark, df, SPAN, partitions=6)
+    out, cluster = by_day(df, SPAN, partitions=6)
     assert cluster == ("_day", SLOT)
     assert out.rdd.getNumPartitions() == 6  # 3 days x 2 buckets
     got = out.withColumn("pid", F.spark_partition_id()).toPandas()
