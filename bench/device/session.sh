@@ -21,6 +21,9 @@
 #             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup;
 #             the variants finished so far come back as ingest_partial.json (in out.tgz) if the lease ends first;
 #             last, CPU Spark on local[N] for each N in SPARK_CORES (default 2 8; empty: none), beside local[*]
+#   profile   bench/ingest_profile.py on the bench's exports, CPU Spark on local[N] for each N in PROFILE_CORES
+#             (default 8 16; the gpu profile's 16 shuffle partitions and 24 GB driver): where each stage's task time
+#             goes as the cores grow (session 31: 8 and 16 cores took 29.8 and 28.5 s)
 #   guard     bench/device/guard_probe.py on the bench's exports: the ingest's file-number guard with the plugin on
 #             and off (the when guard, session 30's coalesce guard, a row from an unlisted file)
 #   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
@@ -43,7 +46,9 @@ FL=".venv/bin/faultline"
 step() { echo "== $(date +%T) $*" | tee -a $R/steps.log; }
 
 presimulate() {  # as soon as the venv can import the simulator: the same content-addressed raw stage as the run's
-  for _ in $(seq 300); do grep -q "Horovod (\|ready in" $R/install.log 2>/dev/null && break; sleep 2; done
+  # a warm machine's second chain finds the venv up to date (session 31 lost 380 s of a lease waiting here for
+  # words that setup prints only when it installs)
+  for _ in $(seq 300); do grep -q "Horovod (\|ready in\|is up to date" $R/install.log 2>/dev/null && break; sleep 2; done
   PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 &
   PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
   echo "simulate rc=$?" >> $R/steps.log; wait; echo "simulate bench rc=$?" >> $R/steps.log
@@ -54,7 +59,7 @@ run_summary() { python3 -c "import json,sys; t=open(sys.argv[1]).read().strip();
 util_verdict() { python3 -c "import json,sys; t=open(sys.argv[1]).read(); d=json.loads(t.strip().splitlines()[-1]); c=[c for c in d['checks'] if c['id']=='gpu_utilization'][0]; print(c['status'], '-', c['evidence'])" "$1" 2>&1 | tail -1 | cut -c1-260; }
 
 chain() {
-  step "setup"; { nvidia-smi; nvidia-smi topo -m; python3 -c 'import sys, torch; print(sys.version, torch.__version__)'; } > $R/device.txt 2>&1
+  step "setup"; { nvidia-smi; nvidia-smi topo -m; lscpu; python3 -c 'import sys, torch; print(sys.version, torch.__version__)'; } > $R/device.txt 2>&1
   presimulate & SIM=$!
   t0=$(date +%s)
   if command -v make >/dev/null; then make setup BUNDLE=/tmp/fl/bundle PYTHON=python3 > $R/install.log 2>&1
@@ -103,6 +108,13 @@ print("  pyarrow", d["pyarrow_seconds"], "s; rapids vs CPU Spark", d.get("rapids
 print("  CPU Spark by cores:", d.get("cpu_core_scaling"))
 PY
       ;;
+    profile) RAW=$(ls -d /tmp/fl/bench/ingest/raw-*/ | head -1)
+      for n in ${PROFILE_CORES:-8 16}; do
+        .venv/bin/python bench/ingest_profile.py "$RAW" --runs 2 --set "ingest.master=local[$n]" \
+          --set ingest.shuffle_partitions=16 --set ingest.driver_memory_gb=24 --json $R/ingest_profile_$n.json \
+          > $R/ingest_profile_$n.log 2>&1
+        echo "profile local[$n] rc=$?" >> $R/steps.log; tail -n 4 $R/ingest_profile_$n.log | cut -c1-300 >> $R/steps.log
+      done ;;
     guard) RAW=$(ls -d /tmp/fl/bench/ingest/raw-*/ | head -1)
       .venv/bin/python bench/device/guard_probe.py "$RAW" $R/guard_probe.json > $R/guard_probe.log 2>&1
       echo "guard rc=$?" >> $R/steps.log; tail -n 1 $R/guard_probe.log | cut -c1-700 >> $R/steps.log ;;

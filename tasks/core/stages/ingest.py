@@ -58,10 +58,10 @@ def number_files(df) -> tuple[Any, Any]:
 
 def _file_numbers(df, gpu: bool) -> tuple[Any, Any]:
     """:func:`number_files` on CPU runs, and the quarantine's ``_source_file`` column. With the RAPIDS Accelerator the
-    rows keep the URI: there the unlisted-file guard failed the KPI ingest on an H200 (session 30,
-    bench/results/h200/s30: the error named a listed file; not diagnosed further, the lease ended; a GPU evaluating
-    raise_error for a whole batch would do it), and the URI is the path checked row for row against the CPU's
-    (bench/results/h100/s28)."""
+    rows keep the URI, the path checked row for row against the CPU's (bench/results/h100/s28). The guard as first
+    written (a coalesce) failed every plugin ingest on an H200 (bench/results/h200/s30); the ``when`` guard runs on
+    the GPU with the CPU's rows per file (bench/results/h100/s31/guard_probe.json), but the number's lake and
+    quarantine under the plugin have not been compared with the CPU's yet."""
     from pyspark.sql import functions as F
 
     if gpu:
