@@ -42,6 +42,7 @@ class Hardware:
     nvlink_topology: str | None = None
     source: str = "none"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    cpu_cores: int | None = None  # physical cores, where cpu_count counts hardware threads (None: not known)
 
     @property
     def gpu_count(self) -> int:
@@ -62,7 +63,10 @@ def detect_hardware() -> Hardware:
     if not gpus:
         gpus, driver, source = _probe_nvidia_smi()
     topo = _nvidia_smi_topo() if gpus else None
-    return Hardware(cpus, round(mem, 1), tuple(gpus), driver, topo, source, tuple(notes))
+    # physical cores, beside the hardware threads: the benchmarks' core scaling is read against them (an H100
+    # host's 8 -> 16 CPUs barely sped Spark up in session 31, and its cores were not recorded)
+    cores = psutil.cpu_count(logical=False)
+    return Hardware(cpus, round(mem, 1), tuple(gpus), driver, topo, source, tuple(notes), cores)
 
 
 def _probe_nvml() -> tuple[list[GPU], str | None, str, list[str]]:

@@ -11,6 +11,8 @@ def test_detect_hardware_works_without_a_gpu():
     hw = detect_hardware()
     assert hw.cpu_count >= 1 and hw.memory_gb > 0
     assert hw.gpu_count == len(hw.gpus)
+    assert hw.cpu_cores is None or 1 <= hw.cpu_cores <= hw.cpu_count  # physical cores: at most the threads
+    assert hw.as_dict()["cpu_cores"] == hw.cpu_cores  # so every benchmark's JSON records them
 
 
 def test_executor_memory_follows_the_guides_rule():
