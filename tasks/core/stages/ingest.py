@@ -221,9 +221,10 @@ def ingest_source(
     write goes (:func:`_counting`)."""
     from pyspark.sql import functions as F
 
+    from tasks.core.runtime import effective_spark_conf
     from tasks.core.sparkops import plugin_active
 
-    group, gpu = f"ingest:{name}", plugin_active(dict(spark.sparkContext.getConf().getAll()))
+    group, gpu = f"ingest:{name}", plugin_active(effective_spark_conf(spark))
     df, source = _file_numbers(df, gpu)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
