@@ -78,7 +78,9 @@ chain() {
       python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
-    rapids) RAW=$(ls -d /tmp/fl/root/store/raw/*/ | head -1)
+    rapids) # this chain's raw stage, the newest: an earlier chain's (another tree, another fingerprint) may linger on a
+      # warm machine, and its URIs differ (session 32's first comparison read the first by name)
+      RAW=$(ls -td /tmp/fl/root/store/raw/*/ | head -1)
       for g in ${RAPIDS_TASKS:-2}; do
         FAULTLINE_ROOT=/tmp/fl/rapids$g $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --raw "$RAW" --until ingest --set ingest.rapids_jar=installed \
           --set ingest.concurrent_gpu_tasks=$g $(for o in ${RAPIDS_SET:-}; do echo --set $o; done) --json > $R/rapids_$g.json 2> $R/rapids_$g.log

@@ -231,6 +231,7 @@ def bench_ingest(
         "hardware": rt.hardware.as_dict(),
         "device": rt.hardware.gpus[0].name if rt.hardware.gpus else f"{rt.hardware.cpu_count}-core CPU",
         "spark_master": cfg.master,
+        "extra_conf": dict(cfg.extra_conf),  # ingest.extra_conf, as given (every variant ran with it)
         "raw": str(raw),
         "raw_mb": round(raw_mb, 1),
         "kpi_csv_mb": round(kpi_mb, 1),
@@ -252,7 +253,8 @@ def bench_ingest(
         "extrapolated": False,
         "note": "Spark does schema enforcement, 20 rule checks, quarantine, dedup (window) and date "
         "partitioning; pyarrow only parses and writes the KPI CSV. Every figure is from this invocation: each "
-        "Spark variant in its own process (Spark start-up not counted: spark_start_s), the median of three where "
+        "Spark variant in its own process (Spark start-up not counted: spark_start_s; the JVM's warm-up is in "
+        "every run, as in a pipeline's ingest), the median of three where "
         f"a run took under {bench.repeat_under_s:g} s, else one run; pyarrow the median of three.",
     }
     result["cpu_core_scaling"] = core_scaling(spark_runs, cfg.master, rt.hardware.cpu_count)

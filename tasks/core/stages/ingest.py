@@ -56,16 +56,14 @@ def number_files(df) -> tuple[Any, Any]:
     return df.withColumn(FILE_NO, no).drop("_source_file"), uris
 
 
-def _file_numbers(df, gpu: bool) -> tuple[Any, Any]:
-    """:func:`number_files` on CPU runs, and the quarantine's ``_source_file`` column. With the RAPIDS Accelerator the
-    rows keep the URI, the path checked row for row against the CPU's (bench/results/h100/s28). The guard as first
-    written (a coalesce) failed every plugin ingest on an H200 (bench/results/h200/s30); the ``when`` guard runs on
-    the GPU with the CPU's rows per file (bench/results/h100/s31/guard_probe.json), but the number's lake and
-    quarantine under the plugin have not been compared with the CPU's yet."""
+def _file_numbers(df) -> tuple[Any, Any]:
+    """:func:`number_files`, and the quarantine's ``_source_file`` column (the URI given back by the number), on the
+    CPU and with the RAPIDS Accelerator alike. The guard as first written (a coalesce) failed every plugin ingest on
+    an H200 (bench/results/h200/s30); the ``when`` guard runs on the GPU (bench/results/h100/s31/guard_probe.json),
+    and the plugin's lake, quarantine and GX results with the number are the CPU's, row for row
+    (bench/results/h100/s32/same_lake_2.json)."""
     from pyspark.sql import functions as F
 
-    if gpu:
-        return df, F.col("_source_file")
     df, uris = number_files(df)
     return df, F.element_at(uris, F.col(FILE_NO)).alias("_source_file")
 
@@ -83,7 +81,7 @@ def rank_rows(df, flags: dict, key: tuple[str, ...], cluster: tuple[str, ...] = 
     flagged = df.withColumn("_bad", F.greatest(*every) if len(every) > 1 else every[0])
     # Rows that pass every rule sort first, so the winner is chosen among them alone: a dirty re-send of a
     # sample (or a broken line that parsed a key) never outranks, and so never displaces, a clean copy.
-    newest = F.col(FILE_NO if FILE_NO in df.columns else "_source_file").desc()  # the file's number, or its URI
+    newest = F.col(FILE_NO).desc()  # the later export file by name (number_files)
     w = Window.partitionBy(*cluster, *key).orderBy(F.col("_bad").asc(), newest, F.col("_seq").desc())
     rank = F.row_number().over(w)
     return flagged.withColumn("duplicate", ~F.col("_bad") & (rank > 1))
@@ -225,7 +223,7 @@ def ingest_source(
     from tasks.core.sparkops import plugin_active
 
     group, gpu = f"ingest:{name}", plugin_active(effective_spark_conf(spark))
-    df, source = _file_numbers(df, gpu)
+    df, source = _file_numbers(df)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
     # (alarms: keyed by alarm_id alone) the window and each write shuffle on their own.

@@ -107,7 +107,7 @@ def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar,
     simulate("topozoo/Abilene", 1, 7, raw, dirt=0.0)  # clean: the pyarrow baseline parses every row
     sets = ["ingest.master=local[2]", "ingest.shuffle_partitions=2", f"ingest.rapids_jar={rapids_jar}"]
     sets += ["ingest.rapids_mode=explainOnly", f"bench.raw={raw}", "bench.gpu_tasks=[2]", "bench.repeat_under_s=0"]
-    sets += ["bench.spark_cores=[1]"]
+    sets += ["bench.spark_cores=[1]", 'ingest.extra_conf={"spark.faultline.probe":"on"}']
     cfg = load_config("local", sets)
     work = tmp_path / "work"
     got = bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench)
@@ -144,6 +144,9 @@ def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar,
     # on Spark 4 the plugin puts its shuffle manager in by itself; this switch tells it to use Spark's own shuffle
     assert names["faultline-bench-rapids-tasks2-spark-shuffle"]["spark.rapids.shuffle.enabled"] == "false"
     assert "spark.rapids.shuffle.enabled" not in names["faultline-bench-rapids-tasks2"]
+    # ingest.extra_conf reaches every variant, and the report says what it was (a ceiling run is told apart)
+    assert got["extra_conf"] == {"spark.faultline.probe": "on"}
+    assert {c.get("spark.faultline.probe") for c in names.values()} == {"on"}
 
 
 def test_the_report_table_and_chart(tmp_path):

@@ -99,10 +99,11 @@ def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_ra
     start = next(e for e in events if e["Event"] == "SparkListenerApplicationStart")
     assert start["App Name"] == "faultline-ingest"
     assert any(e["Event"] == "SparkListenerApplicationEnd" for e in events)  # stopped, not left running
-    # with the plugin the rows keep their file's URI: the file number (number_files) is for CPU runs only, its guard
-    # having failed the KPI ingest on an H200 (session 30)
+    # with the plugin the rows carry their file's number, as on the CPU (number_files), and its guard (a raise_error
+    # in a conditional: session 30's coalesce failed every KPI batch on an H200) is placed on the GPU with the rest
     plans = [e.get("physicalPlanDescription", "") for e in events if e["Event"].endswith("SQLExecutionStart")]
-    assert any("_source_file" in p for p in plans) and not any("_file_no" in p for p in plans)
+    assert any("_file_no" in p and "raise_error(" in p for p in plans)
+    assert not [f for f in report["fallbacks"] if "raise" in (f["exec"] + f["reason"]).lower()], report["fallbacks"]
     jobs = [e for e in events if e["Event"] == "SparkListenerJobStart"]
     assert jobs
     for job in jobs:
