@@ -107,6 +107,9 @@ class IngestConfig(_Section):
     driver_memory_gb: float = Field(2.0, gt=0)
     executor_memory_gb: float | None = Field(None, description="None: derived from GPU memory (guide's rule)")
     max_direct_memory_gb: float = Field(2.0, gt=0)
+    jvm_gc: Literal["G1", "Parallel", "Serial"] = Field(
+        "G1", description="the Spark JVMs' collector, -XX:+Use<name>GC (G1 Java's own: bench/results/jvm-gc/ab.json)"
+    )
     event_log: bool = True
     dedup_by_day: bool = Field(
         True,

@@ -153,6 +153,7 @@ def _mb(gb: float) -> str:
 def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> dict[str, str]:
     """Every Spark setting the pipeline uses, derived from the profile in one place."""
     block = cfg.parquet_block_size_mb * 1024 * 1024
+    java = f"-XX:MaxDirectMemorySize={_mb(cfg.max_direct_memory_gb)} -XX:+Use{cfg.jvm_gc}GC"
     conf = {
         "spark.master": cfg.master,
         "spark.app.name": "faultline",  # a pipeline stage names its own session faultline-<stage>
@@ -165,8 +166,8 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.driver.memory": _mb(cfg.driver_memory_gb),
         "spark.executor.memory": _mb(executor_memory_gb(cfg, hw)),
-        "spark.executor.extraJavaOptions": f"-XX:MaxDirectMemorySize={_mb(cfg.max_direct_memory_gb)}",
-        "spark.driver.extraJavaOptions": f"-XX:MaxDirectMemorySize={_mb(cfg.max_direct_memory_gb)}",
+        "spark.executor.extraJavaOptions": java,
+        "spark.driver.extraJavaOptions": java,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "false",

@@ -26,6 +26,11 @@ def test_spark_conf_essentials(tmp_path):
     conf = spark_conf(load_config("local").ingest, CPU, tmp_path / "events")
     assert conf["spark.dynamicAllocation.enabled"] == "false"
     assert "-XX:MaxDirectMemorySize=2048m" in conf["spark.executor.extraJavaOptions"]
+    # the collector ingest.jvm_gc names (Java's default, G1, unless set), on the driver and the executors
+    parallel = load_config("local", ["ingest.jvm_gc=Parallel"]).ingest
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        assert conf[key].split()[-1] == "-XX:+UseG1GC"
+        assert spark_conf(parallel, CPU, None)[key].split()[-1] == "-XX:+UseParallelGC"
     assert conf["spark.hadoop.parquet.block.size"] == str(256 * 1024 * 1024)
     assert conf["spark.eventLog.enabled"] == "true" and (tmp_path / "events").is_dir()
     assert conf["spark.driver.bindAddress"] == "127.0.0.1"
@@ -90,3 +95,29 @@ def test_input_splits_are_at_least_four_a_core_of_a_local_master(tmp_path):
     jar.write_bytes(b"")
     rapids = load_config("local", [f"ingest.rapids_jar={jar}"]).ingest
     assert "spark.sql.files.minPartitionNum" not in spark_conf(rapids, H200, None)
+
+
+GC_SCRIPT = """
+import json, sys
+from tasks.core.config import load_config
+from tasks.core.runtime import detect_hardware, spark_conf, spark_session
+sets = ["ingest.master=local[1]", "ingest.driver_memory_gb=1", "ingest.event_log=false", *sys.argv[1:]]
+cfg = load_config("local", sets)
+spark = spark_session(spark_conf(cfg.ingest, detect_hardware(), None))
+beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+print(json.dumps(sorted(b.getName() for b in beans)))
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("sets", "prefix"), [([], "G1 "), (["ingest.jvm_gc=Parallel"], "PS ")])  # G1's, ParallelGC's
+def test_the_configured_collector_is_the_one_the_spark_jvm_runs(sets, prefix):
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", GC_SCRIPT, *sets], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    names = json.loads(p.stdout.strip().splitlines()[-1])
+    assert names and all(n.startswith(prefix) for n in names), names
