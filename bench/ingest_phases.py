@@ -2,7 +2,7 @@
 
     python bench/ingest_phases.py [RAW] [--profile local] [--set ingest.driver_memory_gb=6 ...] [--conf K=V ...]
         [--phases parse shuffle window materialize materialize-uncompressed materialize-checkpoint]
-        [--repeats 3] [--out bench/results/ingest_phases.json]
+        [--repeats 3] [--out .faultline/bench/ingest_phases.json]
 
 Each phase is the one before plus one step, run as its own job to its end (an aggregate that needs every column
 the step produces), so the increments are what each step costs: parse the CSV (every column), shuffle the rows
@@ -91,7 +91,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--conf", action="append", default=[], help="a raw Spark setting K=V on top of the profile's")
     ap.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES[:4]))
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default="bench/results/ingest_phases.json")
+    ap.add_argument("--out", default=".faultline/bench/ingest_phases.json")
     return ap.parse_args()
 
 

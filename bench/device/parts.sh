@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Here, with network: the offline bundle for the lent H200 (Python 3.12, CUDA 13, its own CUDA torch) cut into
-# parts that fit the device tool's 64 MiB a call (with the working tree). Prints the calls to make.
+# Here, with network: the offline bundle for an air-gapped GPU host (Python 3.12, CUDA 13, its own CUDA torch)
+# cut into parts that fit a command runner's per-call limit (64 MiB with the working tree). Prints the calls.
 #   usage: bash bench/device/parts.sh [PART_MB]      (JAR=1 to carry the RAPIDS Accelerator jar too: +575 MB)
 set -euo pipefail
 MB=${1:-58}

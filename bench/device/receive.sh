@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200, once per carried part (bench/device/parts.sh): keep part K under /tmp/fl; after the last one,
+# On the GPU host, once per carried part (bench/device/parts.sh): keep part K under /tmp/fl; after the last one,
 # check the whole (md5) and unpack the bundle into /tmp/fl/bundle.
 set -euo pipefail
 K=$1; D=/tmp/fl

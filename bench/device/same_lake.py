@@ -114,7 +114,7 @@ def main(cpu_store: Path, gpu_store: Path, out: Path) -> dict:
     result["seconds"] = {
         side: {stage: m[stage].get("seconds") for stage in ("validate", "ingest")} for side, m in manifests.items()
     }
-    # the stage times: one run a side, both in one lease on one host (each a whole stage over the exports)
+    # the stage times: one run a side, both on one host in one chain (each a whole stage over the exports)
     result |= {"repeats": 1, "extrapolated": False}
     result["rapids"] = {stage: manifests["gpu"][stage].get("rapids") for stage in ("validate", "ingest")}
     result["identical"] = all(d["same"] for d in result["datasets"].values()) and all(result["validate"].values())

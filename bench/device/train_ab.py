@@ -1,8 +1,7 @@
 """Training throughput of two source trees on the same card, in one invocation: A/B, alternating, N runs each.
 
-Issue 18 asks that the graph model's changes leave training no slower than before them (1,352 snapshots/s on the
-H200 at the bench size). A figure from another card, or another day, says nothing about that; the code from before
-the changes, run on the same card in the same call, does. Each run is `bench train`'s own `_run` (Horovod, one
+Whether a change to the model or the loop leaves training no slower: a figure from another card, or another day,
+says nothing about that; the code from before the change, run on the same card in the same call, does. Each run is `bench train`'s own `_run` (Horovod, one
 GPU, a fresh directory, the same synthetic snapshots for both trees), imported from the tree under test
 (PYTHONPATH=tree, checked), in its own process; the trees alternate (A B A B ...) so that drift hits both.
 

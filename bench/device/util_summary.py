@@ -1,4 +1,4 @@
-"""The GPU-utilization repeats of one lease (``session.sh``'s ``util`` step) summed up: each repeat's verdict,
+"""The GPU-utilization repeats of one device chain (``session.sh``'s ``util`` step) summed up: each repeat's verdict,
 steady-state utilization and train-stage seconds, and the median, min and max of both.
 
     python bench/device/util_summary.py RESULTS_DIR      (writes RESULTS_DIR/util.json)

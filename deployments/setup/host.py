@@ -21,7 +21,7 @@ CACHE = Path(os.environ.get("FAULTLINE_CACHE") or Path.home() / ".cache" / "faul
 @dataclass(frozen=True)
 class Target:
     """What a bundle or an install is for: a Python version on Linux x86_64, CPU or CUDA 13, and whether the
-    host brings its own CUDA build of torch (NVIDIA's containers, the lent H200) or setup installs the lock's."""
+    host brings its own CUDA build of torch (NVIDIA's containers) or setup installs the lock's."""
 
     name: str
     python: str

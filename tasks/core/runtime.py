@@ -63,8 +63,8 @@ def detect_hardware() -> Hardware:
     if not gpus:
         gpus, driver, source = _probe_nvidia_smi()
     topo = _nvidia_smi_topo() if gpus else None
-    # physical cores, beside the hardware threads: the benchmarks' core scaling is read against them (an H100
-    # host's 8 -> 16 CPUs barely sped Spark up in session 31, and its cores were not recorded)
+    # physical cores, beside the hardware threads: the benchmarks' core scaling is read against them (16 CPUs may
+    # be 8 cores with two threads each)
     cores = psutil.cpu_count(logical=False)
     return Hardware(cpus, round(mem, 1), tuple(gpus), driver, topo, source, tuple(notes), cores)
 
@@ -225,7 +225,7 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         # the KPI CSV scan stays on the CPU: the plugin's CSV reader keeps no corrupt-record column yet does not
         # fall back when the schema has one (NVIDIA/cudf-spark#2065), so a malformed line ("n/a#" in a number, a
         # truncated export) came out as a parsed row with nulls: quarantined as null_* without its text, and GX's
-        # counts differed from the CPU's (H100, session 27: bench/results/h100/s27/same_lake_2.json)
+        # counts differed from the CPU's (bench/device/same_lake.py finds such differences)
         "spark.rapids.sql.format.csv.read.enabled": "false",
     }
     if cfg.rapids_shuffle_mode == "SPARK":  # on Spark 4 the plugin installs its shuffle manager unless told not to
@@ -234,8 +234,8 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         conf["spark.shuffle.manager"] = f"com.nvidia.spark.rapids.spark{version}.RapidsShuffleManager"
         conf["spark.rapids.shuffle.mode"] = cfg.rapids_shuffle_mode
     if cfg.rapids_mode == "executeOnGPU":  # explainOnly runs on the CPU: no GPU to ask for, no pinned memory
-        # 16 tasks' host<->GPU copies overran a 2 GiB pool on the H200 (~1,000 "maximum pool size exceeded" per
-        # run, session 21: the plugin then falls back to pageable memory); a DGX host has the RAM for 8 GiB
+        # 16 tasks' host<->GPU copies overran a 2 GiB pool on an H200 host (~1,000 "maximum pool size exceeded" a
+        # run: the plugin then falls back to pageable memory); a DGX host has the RAM for 8 GiB
         conf["spark.rapids.memory.pinnedPool.size"] = "8g"
         if not cfg.master.startswith("local"):  # a cluster schedules GPUs; local mode has one process and GPU 0
             conf["spark.executor.resource.gpu.amount"] = "1"

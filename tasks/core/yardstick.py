@@ -1,4 +1,4 @@
-"""The measures of the quality yardstick (issue 18), on grids of ``[time step, element]`` (pure NumPy).
+"""The measures of the quality yardstick, on grids of ``[time step, element]`` (pure NumPy).
 
 A fault *event* is an element's onset: the first step of a run of ``in_fault``. A model warns of it when it alerts
 (score >= threshold) on that element within the label horizon before the onset; its lead time is the distance from

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tasks.core.probes import asymmetry, parse_check_build, parse_topo_matrix
 
-H200 = Path(__file__).resolve().parents[2] / "bench" / "results" / "h200"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 DGX4 = """\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
 GPU0\t X \tNV18\tNV18\tNV18\t0-55\t0\t\tN/A
@@ -27,7 +27,7 @@ def test_topo_matrix_of_a_four_gpu_nvlink_host():
 
 def test_topo_matrix_recorded_on_the_h200():
     """The real one-GPU output (with nvidia-smi's ANSI underline) from a device run."""
-    text = (H200 / "device.txt").read_text()
+    text = (FIXTURES / "nvidia_smi_h200.txt").read_text()
     t = parse_topo_matrix(text[text.index("GPU0") - 10 :])
     assert t["gpus"] == ["GPU0"] and t["links"] == {"GPU0": {"GPU0": "X"}} and t["nvlink_types"] == []
 
@@ -37,7 +37,7 @@ def test_topo_matrix_of_nothing():
 
 
 def test_check_build_recorded_on_the_h200():
-    b = parse_check_build((H200 / "hvd_check_build.txt").read_text())
+    b = parse_check_build((FIXTURES / "horovodrun_check_build.txt").read_text())
     assert b["frameworks"] == {"TensorFlow": False, "PyTorch": True, "MXNet": False}
     assert b["controllers"]["Gloo"] and not b["controllers"]["MPI"]
     assert b["tensor_operations"]["NCCL"] and b["tensor_operations"]["Gloo"]

@@ -1,4 +1,4 @@
-"""Crash detection without false positives (issue 17 item 4): a paused run is alive, a reused pid is not the
+"""Crash detection without false positives: a paused run is alive, a reused pid is not the
 run, another host gets a generous silence, and a live run marked crashed un-marks itself."""
 
 from __future__ import annotations

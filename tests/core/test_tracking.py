@@ -1,5 +1,5 @@
-"""The model registry the MLflow way (issue 16 item 5): one version per distinct weights, and the ``champion``
-alias moved only by a better held-out PR-AUC. The served model is a ``pyfunc`` over a directory (issue 18)."""
+"""The model registry the MLflow way: one version per distinct weights, and the ``champion``
+alias moved only by a better held-out PR-AUC. The served model is a ``pyfunc`` over a directory."""
 
 from __future__ import annotations
 

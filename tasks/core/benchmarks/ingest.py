@@ -63,7 +63,7 @@ Progress = Callable[[int, int, str, dict[str, Any]], None] | None  # (variants d
 
 def variants(cfg: IngestConfig, gpu_tasks: list[int], spark_cores: list[int] = ()) -> list[Variant]:
     """CPU Spark always; with the plugin configured, the concurrentGpuTasks sweep and Spark's own shuffle; then
-    CPU Spark on ``local[N]`` for each of ``spark_cores`` (last: a lease cut short loses these first)."""
+    CPU Spark on ``local[N]`` for each of ``spark_cores`` (last: a run cut short loses these first)."""
     out: list[Variant] = [("cpu-spark", {"rapids_jar": None})]
     if cfg.rapids_jar:
         out += [(f"rapids-tasks{n}", {"concurrent_gpu_tasks": n}) for n in gpu_tasks]
@@ -168,7 +168,7 @@ def _median_of(run, repeat_under_s: float) -> dict[str, Any]:
 
 
 def write_partial(path: Path, spark_runs: dict[str, dict[str, Any]], remaining: list[str], raw_mb: float) -> None:
-    """The variants done so far, rewritten whole after each one (atomically): a run cut short (a lease taken back)
+    """The variants done so far, rewritten whole after each one (atomically): a run cut short (a GPU host taken back)
     still leaves every finished variant's median, and the plugin's ratio to CPU Spark once both have run. Not the
     report: ``bench_ingest`` returns that at the end, with pyarrow's baseline."""
     part: dict[str, Any] = {"benchmark": "ingest", "partial": True, "remaining": remaining, "raw_mb": round(raw_mb, 1)}

@@ -1,4 +1,4 @@
-"""The ingest benchmark's variants (issue 15): CPU Spark, the RAPIDS Accelerator's concurrentGpuTasks sweep and
+"""The ingest benchmark's variants: CPU Spark, the RAPIDS Accelerator's concurrentGpuTasks sweep and
 Spark's own shuffle, each in its own process and application over the same files, in one invocation; repeats to
 the median of three only where a run is cheap. The plugin runs in ``explainOnly`` mode here (no GPU): the same
 processes, configurations and report as on the H200, where it executes on the GPU."""
@@ -60,7 +60,7 @@ def test_a_cheap_run_is_repeated_to_the_median_of_three_and_a_dear_one_is_not():
 
 
 def test_a_run_cut_short_leaves_the_variants_it_finished(tmp_path, monkeypatch):
-    """After each variant the finished ones are on disk (a lease can be taken back mid-benchmark); a later
+    """After each variant the finished ones are on disk (a GPU host can be taken back mid-benchmark); a later
     invocation first removes an earlier one's file. Spark is faked here: the file's content is what is tested."""
     from tasks.core.runtime import resolve_runtime
     from tasks.core.stages.simulate import simulate
@@ -80,13 +80,13 @@ def test_a_run_cut_short_leaves_the_variants_it_finished(tmp_path, monkeypatch):
         if name == "cpu-spark":  # the first: the earlier invocation's file is already gone
             assert not (work / bi.PARTIAL).exists()
         if name not in seconds:
-            raise RuntimeError("the lease went back")
+            raise RuntimeError("the host went away")
         seen.append(name)
         return {"seconds": seconds[name], "spark_start_s": 1.0, "rows_in": 5, "rows_out": 4, "rows_quarantined": 1}
 
     monkeypatch.setattr(bi, "_spark_once", fake_once)
     told = []
-    with pytest.raises(RuntimeError, match="went back"):
+    with pytest.raises(RuntimeError, match="went away"):
         bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench, lambda *a: told.append(a[:3]))
     assert told == [(1, 5, "cpu-spark"), (2, 5, "rapids-tasks1"), (3, 5, "rapids-tasks2")]  # progress, as each ends
     part = json.loads((work / bi.PARTIAL).read_text())

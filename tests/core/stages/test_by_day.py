@@ -1,5 +1,5 @@
 """The KPI shuffle by day on the CPU: a partition per (day, element bucket), every copy of a key in one, and the
-same lake and quarantine as the general path, counted by the write's own observation (issue 15, item 4)."""
+same lake and quarantine as the general path, counted by the write's own observation."""
 
 from __future__ import annotations
 

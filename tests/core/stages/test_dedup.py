@@ -1,4 +1,4 @@
-"""Dedup never loses a clean row: a dirty re-send of a clean sample never displaces it (issue 17, item 0)."""
+"""Dedup never loses a clean row: a dirty re-send of a clean sample never displaces it."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_file_numbers_keep_the_file_order_and_give_the_uri_back(spark, tiny_raw)
     plan = numbered._jdf.queryExecution().optimizedPlan().toString()
     assert "xxhash64(file:" not in plan  # the listed files' hashes are folded into a literal map, not hashed a row
     # the guard is a conditional: the RAPIDS Accelerator evaluates a coalesce's raise_error for the whole batch
-    # (it failed every KPI batch on an H200, bench/results/h200/s30; bench/results/h100/s31/guard_probe.json)
+    # (a coalesce guard fails every KPI batch under the plugin)
     assert plan.count("raise_error(") == plan.count("THEN cast(raise_error(") == 1
     got = numbered.select(FILE_NO, "_uri", F.element_at(uris, F.col(FILE_NO)).alias("back")).distinct().collect()
     assert len(got) == len(discover(tiny_raw).kpi_files) > 1

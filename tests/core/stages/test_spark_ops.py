@@ -1,9 +1,9 @@
-"""Spark people can operate (issue 15): each Spark stage is its own application, named after it and stopped when
+"""Spark people can operate: each Spark stage is its own application, named after it and stopped when
 it ends; every job carries a group and a description; with the RAPIDS Accelerator configured, the stage's manifest
 says which operators the plugin places on the GPU and which it leaves on the CPU, with its reasons.
 
 The plugin runs here in ``explainOnly`` mode (the queries on the CPU, the plugin's placement reported): the real
-jar, the same log parsing as on a GPU host, where ``executeOnGPU`` runs them (bench/results/h200)."""
+jar, the same log parsing as on a GPU host, where ``executeOnGPU`` runs them."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_ra
     assert all(f["exec"] and f["reason"] for f in report["fallbacks"])
     # both raw scans stay on the CPU, and the report says why rather than leaving it to be guessed: the plugin's
     # JSON reader cannot keep malformed records, which the quarantine needs, and its CSV reader silently drops them
-    # (NVIDIA/cudf-spark#2065: malformed KPI lines came out as rows with nulls on the H100, session 27), so the
+    # (NVIDIA/cudf-spark#2065: malformed KPI lines came out as rows with nulls on a GPU host), so the
     # runtime turns GPU CSV reads off; nothing else about the CSV scan (timestamps are read as text and cast, the
     # schema enforced) would keep it off the GPU
     scans = [f["reason"] for f in report["fallbacks"] if f["exec"] == "FileSourceScanExec"]
@@ -100,7 +100,7 @@ def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_ra
     assert start["App Name"] == "faultline-ingest"
     assert any(e["Event"] == "SparkListenerApplicationEnd" for e in events)  # stopped, not left running
     # with the plugin the rows carry their file's number, as on the CPU (number_files), and its guard (a raise_error
-    # in a conditional: session 30's coalesce failed every KPI batch on an H200) is placed on the GPU with the rest
+    # in a conditional: a coalesce fails every KPI batch under the plugin) is placed on the GPU with the rest
     plans = [e.get("physicalPlanDescription", "") for e in events if e["Event"].endswith("SQLExecutionStart")]
     assert any("_file_no" in p and "raise_error(" in p for p in plans)
     assert not [f for f in report["fallbacks"] if "raise" in (f["exec"] + f["reason"]).lower()], report["fallbacks"]

@@ -90,7 +90,7 @@ def test_validation_reports_gx_results_and_docs(spark, tiny_raw, tmp_path):
     } <= names
     assert summary["data_docs"].endswith("index.html")
     assert (tmp_path / "validation_result.json").stat().st_size > 1000
-    # every script, style and font GX's pages load from CDNs now comes from the site itself (issue 16)
+    # every script, style and font GX's pages load from CDNs now comes from the site itself
     assert assets_dir(), "the Data Docs assets are not installed in this environment: run `make setup`"
     docs = vendor_site((tmp_path / DATA_DOCS).parent)
     assert docs["offline"] and docs["pages"] >= 6, docs["external"]
@@ -147,7 +147,7 @@ def test_ingest_output_typed_and_partitioned(spark, tiny_raw, tmp_path):
 
 
 def test_raw_changed_between_validation_and_ingest_is_rejected_not_cached(spark, tmp_path):
-    """Issue 17 item 3: a day re-sent (or an exporter still writing) after validation fails ingest with exit 2
+    """A day re-sent (or an exporter still writing) after validation fails ingest with exit 2
     naming the file; nothing is published under the old bytes' fingerprint; the rerun validates the new bytes."""
     import shutil
 

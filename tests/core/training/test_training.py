@@ -152,7 +152,7 @@ def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
         for c in p.net_connections(kind="inet")
         if c.status == psutil.CONN_LISTEN
     ]
-    assert listening and all(a.ip in ("127.0.0.1", "::1") for a in listening), listening  # issue 17 item 6
+    assert listening and all(a.ip in ("127.0.0.1", "::1") for a in listening), listening
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 5
