@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PROFILE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo local)
 export FAULTLINE_CACHE ?= $(HOME)/.cache/faultline
 
-.PHONY: setup bundle demo test lint ui browser-deps bench clean
+.PHONY: setup bundle demo test test-fast lint ui browser-deps bench clean
 
 # Idempotent and cached: a second run does nothing; a fresh clone installs from ~/.cache/faultline (no download).
 setup:
@@ -21,8 +21,14 @@ bundle:
 demo: setup
 	$(VENV)/bin/faultline run --profile $(PROFILE)
 
+# Every test, real engines included; prints the 25 slowest.
 test: setup browser-deps lint
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=25
+
+# The inner loop (about a minute): logic, rules, config, the checklist on literal evidence, the kernels' NumPy
+# references. No JVM, cluster, Prefect API or CLI run: a test in this lane that starts one fails, naming the marker.
+test-fast: setup
+	FAULTLINE_TEST_LANE=fast $(PY) -m pytest tests -m "not engine" -q --durations=10 -p no:cacheprovider
 
 lint: setup
 	$(VENV)/bin/ruff check flows tasks gpu_kernels deployments tests

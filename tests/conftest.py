@@ -10,16 +10,48 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")  # a busy 2-core CI host
 
 
+# Fixtures that start an engine (a JVM, a Dask cluster, a Prefect API, the CLI): a test using one is an engine test.
+ENGINE_FIXTURES = {"spark", "tiny_lake", "tiny_features", "pipeline_run", "rapids_jar"}
+ENGINE_MARKERS = {"spark", "gpu", "multi_gpu", "horovod", "slow", "browser", "engine"}
+FAST_LANE = os.environ.get("FAULTLINE_TEST_LANE") == "fast"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker must be there when it looks
 def pytest_collection_modifyitems(config, items):
-    """GPU tests skip without a GPU, unless REQUIRE_GPU=1 says one must be there."""
+    """Every test that starts an engine carries the ``engine`` marker (``make test-fast`` deselects them); GPU
+    tests skip without a GPU, unless REQUIRE_GPU=1 says one must be there."""
     from tasks.core.runtime import detect_hardware
 
     gpus = detect_hardware().gpu_count
     require = os.environ.get("REQUIRE_GPU") == "1"
     for item in items:
+        if ENGINE_MARKERS & set(item.keywords) or ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
         need = 2 if "multi_gpu" in item.keywords else 1 if "gpu" in item.keywords else 0
         if need and gpus < need and not require:
             item.add_marker(pytest.mark.skip(reason=f"needs {need} GPU(s), found {gpus} (REQUIRE_GPU=1 to fail)"))
+
+
+@pytest.fixture(autouse=True)
+def _fast_lane_starts_no_engine(request, monkeypatch):
+    """In the fast lane (FAULTLINE_TEST_LANE=fast) a test that starts Spark, a Dask cluster, a Horovod launch or
+    the CLI fails at once, naming the marker it lacks: the lane stays fast because nothing slips into it."""
+    if not FAST_LANE or request.node.get_closest_marker("engine"):
+        return
+
+    def refuse(what: str):
+        def _start(*_a, **_k):
+            pytest.fail(f"{request.node.nodeid} starts {what} in the fast lane: mark it @pytest.mark.engine")
+
+        return _start
+
+    import tasks.core.runtime as runtime
+
+    monkeypatch.setattr(runtime, "spark_session", refuse("Spark"))
+    monkeypatch.setattr(runtime, "dask_cluster", refuse("a Dask cluster"))
+    monkeypatch.setenv("FAULTLINE_TEST_NODE", request.node.nodeid)  # tests.helpers.faultline refuses to start
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/fast-lane-starts-no-jvm")
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # a flow run has no API to reach
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +117,9 @@ def pipeline_run(tmp_path_factory):
     proc = faultline("run", *SMALL, "--set", f"paths.root={root}", "--json", root=root)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return root, last_json(proc.stdout), proc
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests.helpers import SHARED_PREFECT
+
+    SHARED_PREFECT.stop()

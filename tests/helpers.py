@@ -1,11 +1,15 @@
-"""Helpers for the end-to-end tests: run the real CLI in a subprocess with its own Prefect home."""
+"""Helpers for the end-to-end tests: run the real CLI in a subprocess, its flow runs in one shared Prefect API."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,12 +27,81 @@ SMALL = [
 ]
 
 
+class SharedPrefect:
+    """One Prefect API server for the suite's CLI calls, started on first use (a CLI call without
+    ``PREFECT_API_URL`` starts a temporary server of its own: about 10 s each on two cores)."""
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.home: Path | None = None
+
+    def start(self) -> str:
+        if self.url and self.proc and self.proc.poll() is None:
+            return self.url
+        from tasks.core.ports import free_port
+
+        home = self.home = Path(tempfile.mkdtemp(prefix="faultline-test-prefect-"))
+        port = free_port()
+        env = {
+            **os.environ,
+            "PREFECT_HOME": str(home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_UI_ENABLED": "false",
+            "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        }
+        env.pop("PREFECT_API_URL", None)
+        with open(home / "server.log", "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        url = f"http://127.0.0.1:{port}/api"
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the shared Prefect server exited: {(home / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.url = url
+                        return url
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"the shared Prefect server at {url} is not healthy after 180 s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc, self.url = None, None
+
+
+SHARED_PREFECT = SharedPrefect()
+
+
 def faultline(*args: str, root: Path, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess, its flow runs recorded in the suite's shared Prefect API (unless ``env`` names
+    an API or a home of its own)."""
+    if os.environ.get("FAULTLINE_TEST_LANE") == "fast":
+        import pytest
+
+        node = os.environ.get("FAULTLINE_TEST_NODE")
+        pytest.fail(f"{node} runs the CLI in the fast lane: mark it @pytest.mark.engine")
+    env = env or {}
+    own = "PREFECT_API_URL" in env or "PREFECT_HOME" in env
     env = {
         **os.environ,
         "PREFECT_HOME": str(root / "prefect-home"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        **(env or {}),
+        **({} if own else {"PREFECT_API_URL": SHARED_PREFECT.start()}),
+        **env,
     }
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", *args],

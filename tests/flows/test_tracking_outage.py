@@ -1,4 +1,4 @@
-"""Tracking outages (issue 17 item 2) against a real MLflow server: a server killed mid-run costs seconds, not
+"""Tracking outages against a real MLflow server: a server killed mid-run costs seconds, not
 half an hour, and the run's tracking is replayed in full when the server is back (never left RUNNING); a
 server down from the start does not stop the pipeline, and ``mlflow.strict=true`` rejects the run at once."""
 
@@ -45,6 +45,7 @@ def mlflow_server(port: int, home: Path):
         proc.wait()
 
 
+@pytest.mark.engine  # a real MLflow server, killed and restarted
 def test_server_killed_mid_run_is_journaled_and_replayed(tmp_path):
     from mlflow.tracking import MlflowClient
 

@@ -36,6 +36,7 @@ def test_a_head_below_every_base_run_is_slower():
     assert s["head_not_slower"] is False and s["head_vs_base"] < 1
 
 
+@pytest.mark.engine  # two source trees, each training in its own processes
 def test_a_real_ab_on_the_cpu_runs_each_tree_from_its_own_source(tmp_path):
     base = tmp_path / "base"
     base.mkdir()

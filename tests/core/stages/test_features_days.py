@@ -24,6 +24,9 @@ def _slope(a):
     return np.polyfit(np.arange(len(a)), a, 1)[0] if len(a) > 1 else 0.0
 
 
+pytestmark = pytest.mark.engine  # a Dask cluster runs the features stage
+
+
 @pytest.fixture(scope="module")
 def gappy(tmp_path_factory):
     topo = load_topology("topozoo/Abilene")
