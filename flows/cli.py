@@ -79,21 +79,44 @@ def _human_summary(s: dict[str, Any], wall: float) -> str:
     return "\n".join(lines)
 
 
+def _before_start(args: argparse.Namespace, overrides: list[str]) -> None:
+    """The flow's own first checks, run before its start-up so a bad request costs no engine: the config, the
+    stage plan, a strict tracking server, and the raw directory's preflight (docs/DATA.md)."""
+    from tasks.core.config import load_config, stage_plan
+    from tasks.core.secrets import refuse_literal_secrets
+
+    refuse_literal_secrets(args.set)  # before any of it reaches Prefect as a flow parameter
+    cfg = load_config(args.profile, overrides)
+    stage_plan(args.start_from, args.until, args.lake)
+    if cfg.mlflow.strict and cfg.mlflow.tracking_uri:
+        from tasks.core.secrets import resolve
+        from tasks.core.spool import require_server
+
+        require_server(resolve(cfg.mlflow.tracking_uri, "mlflow.tracking_uri"))
+    if args.raw is not None:
+        from tasks.core.stages.preflight import preflight
+
+        preflight(args.raw)
+
+
+def _data_rejected(exc: Exception, args: argparse.Namespace) -> int:
+    print(f"error: input data rejected: {exc}", file=sys.stderr)
+    if args.json:
+        _print_json({"status": "rejected", "error": str(exc), "file": exc.file, "column": exc.column})
+    return EXIT_REJECTED
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from tasks.core.config import load_config, run_overrides, stage_plan
+    from tasks.core.config import run_overrides
     from tasks.core.errors import ConfigError, DataRejected
 
     overrides = run_overrides(args.topology, args.days, args.set)
-    try:  # the flow's own first checks, run before its start-up so a bad request costs no engine
-        cfg = load_config(args.profile, overrides)
-        stage_plan(args.start_from, args.until, args.lake)
-        if cfg.mlflow.strict and cfg.mlflow.tracking_uri:
-            from tasks.core.secrets import resolve
-            from tasks.core.spool import require_server
-
-            require_server(resolve(cfg.mlflow.tracking_uri, "mlflow.tracking_uri"))
+    try:
+        _before_start(args, overrides)
     except ConfigError as exc:
         return _rejected(exc, args)
+    except DataRejected as exc:
+        return _data_rejected(exc, args)
     from flows.pipeline import fault_prediction_pipeline
 
     _announce_api()
@@ -110,10 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             refresh=list(args.refresh or []) or None,
         )
     except DataRejected as exc:
-        print(f"error: input data rejected: {exc}", file=sys.stderr)
-        if args.json:
-            _print_json({"status": "rejected", "error": str(exc), "file": exc.file, "column": exc.column})
-        return EXIT_REJECTED
+        return _data_rejected(exc, args)
     except ConfigError as exc:
         return _rejected(exc, args)
     except Exception as exc:
@@ -151,6 +171,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from tasks.core.errors import ConfigError
 
     try:  # the flow's first question, asked before its start-up: a bad profile, key or run id costs seconds
+        from tasks.core.secrets import refuse_literal_secrets
+
+        refuse_literal_secrets(args.set)
         run_id = pipeline_run_id(load_config(args.profile, args.set), args.run)
     except ConfigError as exc:
         return _check_rejected(exc, args)
@@ -238,8 +261,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tasks.core.config import load_config
     from tasks.core.errors import ConfigError
 
+    from tasks.core.secrets import refuse_literal_secrets
+
     overrides = _bench_overrides(args)
     try:
+        refuse_literal_secrets(args.set)
         cfg = load_config(args.profile, overrides)
     except ConfigError as exc:
         return _rejected(exc, args)

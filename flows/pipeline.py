@@ -12,6 +12,7 @@ from prefect.runtime import flow_run
 from tasks.core.config import FaultlineConfig, load_config, run_overrides, stage_plan
 from tasks.core.runs import Heartbeat
 from tasks.core.runtime import Runtime, resolve_runtime
+from tasks.core.secrets import refuse_literal_secrets
 from tasks.core.stages.features import lake_fingerprint
 from tasks.core.store import StageResult
 from tasks.evaluate import evaluate_task
@@ -20,7 +21,14 @@ from tasks.ingest import ingest_task
 from tasks.runner import store_root, value
 from tasks.runs import describe_run, mark_crashed_run, publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
-from tasks.tracking import finish_tracking, record_run, stage_summary, start_tracking, system_metrics
+from tasks.tracking import (
+    data_identity,
+    finish_tracking,
+    record_run,
+    stage_summary,
+    start_tracking,
+    system_metrics,
+)
 from tasks.train import train_task
 from tasks.validate import validate_task
 
@@ -101,13 +109,15 @@ def fault_prediction_pipeline(
         force: recompute every stage even when its output exists.
         refresh: recompute just these stages.
     """
+    refuse_literal_secrets(overrides, "overrides")  # a run started from the UI or the API: refused, not recorded
     cfg = load_config(profile, run_overrides(topology, days, overrides))
     plan = stage_plan(start_from, until, lake)
     root = store_root(cfg.paths.root)
     rt = resolve_runtime(cfg, root)
     run_dir = root / "runs" / str(flow_run.get_id() or "local")
+    data = data_identity(cfg, raw)  # the preflight of a raw directory: a bad one is refused before anything starts
     recovered = recover_crashed_runs(cfg, root)
-    run_id = start_tracking(cfg, rt, flow_run.get_id(), run_dir)
+    run_id = start_tracking(cfg, rt, flow_run.get_id(), run_dir, data)
     summary: dict[str, Any] = {
         "run_id": flow_run.get_id(),
         "status": "failed",
@@ -115,6 +125,7 @@ def fault_prediction_pipeline(
         "metrics": {},
         "mlflow_run_id": run_id,
         "profile": cfg.profile,
+        "data": data,
         "recovered_crashed_runs": recovered,
     }
     stages: dict[str, StageResult] = {}
@@ -125,7 +136,7 @@ def fault_prediction_pipeline(
                     get_run_logger().info("MLflow system metrics off: %s", off)
                 nodes = None if off else node_metrics_spec(cfg, run_id)  # other training hosts' system metrics
                 stages = run_stages(cfg, rt, root, plan, raw, lake, lambda s: force or s in (refresh or []), nodes)
-                summary.update(record_run(cfg, run_id, stages))
+                summary.update(record_run(cfg, run_id, stages, data))
             summary["status"] = "completed"
         finally:
             beat.finish(summary["status"])

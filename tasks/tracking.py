@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -71,23 +72,56 @@ def _environment(rt: Runtime) -> dict[str, Any]:
     }
 
 
+def data_identity(cfg: FaultlineConfig, raw: str | None) -> dict[str, str]:
+    """What a run's data is: the network's name, its window (first and last day) and where it comes from. Read
+    from the raw directory's topology and file names (the preflight's layout), or, for simulated data, the
+    workload's topology, start and days."""
+    from datetime import timedelta
+
+    if raw:
+        from tasks.core.stages.preflight import preflight
+
+        layout = preflight(raw)
+        network = layout.topology().name
+        network = network if network not in ("", "?") else Path(raw).resolve().name
+        first, last = layout.start.date(), (layout.end - timedelta(days=1)).date()
+        return {"network": network, "first_day": str(first), "last_day": str(last), "source": str(Path(raw).resolve())}
+    w = cfg.workload
+    last = w.start + timedelta(days=w.days - 1)
+    return {"network": w.topology, "first_day": str(w.start), "last_day": str(last), "source": "simulated"}
+
+
+def run_name(data: dict[str, str], profile: str) -> str:
+    """``Abilene 2026-01-05..2026-01-07 (local)``: the network, the data's days, the profile."""
+    return f"{data['network']} {data['first_day']}..{data['last_day']} ({profile})"
+
+
 @task(name="start-tracking", **TASK_OPTIONS)
-def start_tracking(cfg: FaultlineConfig, rt: Runtime, flow_run_id: str | None, work: Path) -> str:
+def start_tracking(
+    cfg: FaultlineConfig, rt: Runtime, flow_run_id: str | None, work: Path, data: dict[str, str] | None = None
+) -> str:
+    """The run's MLflow run, named after its data (``data_identity``); ``workload.*`` params only for simulated
+    data (for a network's own exports they describe nothing that ran)."""
     tr = tracker_for(cfg)
     tr.begin()  # a new run: reach the server (replaying earlier journals), or journal this run, or reject (strict)
-    name = f"{cfg.profile}-{cfg.workload.topology.replace('/', '_')}-{cfg.workload.days}d"
+    data = data or data_identity(cfg, None)
+    simulated = data["source"] == "simulated"
     run_id = tr.start_run(
-        name,
+        run_name(data, cfg.profile),
         {
             "faultline_kind": "pipeline",
             "profile": cfg.profile,
             "code_version": code_version(),
             "prefect_flow_run_id": flow_run_id or "",
-            "topology": cfg.workload.topology,
+            "network": data["network"],
+            "data_window": f"{data['first_day']}..{data['last_day']}",
+            "data_source": data["source"],
+            **({"topology": cfg.workload.topology} if simulated else {}),
             "mlflow.source.name": "flows.pipeline",
         },
     )
-    tr.log_params(run_id, cfg.flat())
+    params = cfg.flat()
+    tr.log_params(run_id, params if simulated else {k: v for k, v in params.items() if not k.startswith("workload.")})
     work.mkdir(parents=True, exist_ok=True)
     (work / "config.json").write_text(json.dumps(redact(cfg.as_dict()), indent=1))
     (work / "environment.json").write_text(json.dumps(redact(_environment(rt)), indent=1, default=str))
@@ -182,9 +216,18 @@ def _log_training(tr: Tracker, run_id: str, train: StageResult) -> None:
     )
 
 
-def _log_model(cfg: FaultlineConfig, tr: Tracker, run_id: str, stages: dict[str, StageResult]) -> str | None:
+def registered_name(stem: str, network: str) -> str:
+    """``faultline-fault-abilene``: one registered model, and one champion, per network (a model takes its own
+    network's elements only, and PR-AUCs of different networks' test sets do not compare)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", network.lower()).strip("-") or "network"
+    return f"{stem}-{slug}"
+
+
+def _log_model(
+    cfg: FaultlineConfig, tr: Tracker, run_id: str, stages: dict[str, StageResult], network: str
+) -> str | None:
     """Log the served predictor evaluation wrote (the GBDT + GNN stack, or the GNN alone) as a ``pyfunc`` model,
-    registered under ``evaluate.model_name`` with the held-out figures of what it serves."""
+    registered under ``registered_name`` with the held-out figures of what it serves."""
     import numpy as np
 
     from tasks.core.stages.pyfunc import PyfuncPredictor
@@ -194,17 +237,21 @@ def _log_model(cfg: FaultlineConfig, tr: Tracker, run_id: str, stages: dict[str,
     spec = json.loads((served / SERVED).read_text())
     example = np.zeros((1, *FaultPredictor(served).shape), np.float32)  # the signature: one raw window
     what = f"GBDT + GNN stack, tree weight {spec['tree_weight']:g}" if spec["kind"] == "stack" else "graph model"
-    name = cfg.evaluate.model_name if cfg.evaluate.register_model else None
+    what += f", network {network} ({spec['elements']} elements)"
+    name = registered_name(cfg.evaluate.model_name, network) if cfg.evaluate.register_model else None
     digest = hashlib.sha256()
     for f in sorted(served.iterdir()):
         digest.update(f.name.encode() + f.read_bytes())
-    return tr.log_served_model(
+    version = tr.log_served_model(
         run_id, served, PyfuncPredictor(), example, name, digest.hexdigest(), spec["metrics"], what
     )
+    return f"{name}/{version}" if version else None
 
 
 @task(name="record-run", **TASK_OPTIONS)
-def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]) -> dict[str, Any]:
+def record_run(
+    cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult], data: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Everything a finished run must hold in MLflow: stage figures, per-epoch and final metrics,
     plots, manifests, the data fingerprint, and the registered model with its signature."""
     tr = tracker_for(cfg)
@@ -213,7 +260,11 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]
         tr.log_metrics(run_id, figures)
         tr.log_artifact(run_id, st.path / "_manifest.json", f"manifests/{name}")
     tags = _stage_tags(stages)
-    if "validate" in stages:
+    if "validate" in stages:  # the raw exports as the run's dataset: the directory, digested by its fingerprint
+        v, data = stages["validate"], data or {}
+        source = data.get("source") if data.get("source") not in (None, "simulated") else v.get("raw_dir")
+        name = run_name(data, cfg.profile).rsplit(" (", 1)[0] if data else "raw exports"
+        tr.log_input(run_id, name, source or "raw exports", v.inputs.get("raw", ""))
         _log_validation(tr, run_id, stages["validate"], tags)
     if "features" in stages and (stages["features"].path / PERFORMANCE_REPORT).is_file():
         tr.log_artifact(run_id, stages["features"].path / PERFORMANCE_REPORT, "features")
@@ -225,9 +276,9 @@ def record_run(cfg: FaultlineConfig, run_id: str, stages: dict[str, StageResult]
         tr.log_metrics(run_id, held_out)
         for p in stages["evaluate"]["plots"].values():
             tr.log_artifact(run_id, stages["evaluate"].path / "plots" / p, "plots")
-        version = _log_model(cfg, tr, run_id, stages)
+        version = _log_model(cfg, tr, run_id, stages, (data or {}).get("network") or cfg.workload.topology)
     if version:
-        tags["registered_model"] = f"{cfg.evaluate.model_name}/{version}"
+        tags["registered_model"] = version
     tr.set_tags(run_id, tags)
     return {
         "mlflow_run_id": run_id,

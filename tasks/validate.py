@@ -26,6 +26,7 @@ def validate_task(raw: str, cfg: ValidateConfig, rt: Runtime, root: Path, force:
         lambda tmp: {
             **spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg)),
             "raw_files": stamps,
+            "raw_dir": str(Path(raw).resolve()),
         },
         force=force,
         verify=lambda: check_unchanged(Path(raw), fp, stamps),

@@ -51,3 +51,28 @@ def resolve(value: str, where: str) -> str:
         return os.environ[name]
 
     return _ENV.sub(one, value)
+
+
+def refuse_literal_secrets(overrides: list[str] | tuple[str, ...] | None, where: str = "--set") -> None:
+    """A literal secret in an override is refused (``ConfigError``: exit 2): overrides are the flow's parameters,
+    and Prefect keeps a flow run's parameters in its database and shows them in its UI, unmasked. The value names
+    an environment variable instead (``${env:NAME}``), read only where it is used."""
+    for item in overrides or ():
+        key, _, value = str(item).partition("=")
+        value = _ENV.sub("", value)  # a placeholder holds no secret (and inside a URL it is not one either)
+        if redact(value, key.strip()) != value or _secret_inside(key.strip(), value):
+            raise ConfigError(
+                f"{where} {key.strip()}=...: a literal secret would be stored in plain text (Prefect keeps a run's "
+                f"parameters); write {key.strip()}=${{env:NAME}} and export NAME instead"
+            )
+
+
+def _secret_inside(key: str, value: str) -> bool:
+    """A mapping value (``ingest.extra_conf={"spark...secret.key": "x"}``) with a secret-looking key inside."""
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return False
+    return isinstance(parsed, (dict, list)) and redact(parsed, key) != parsed

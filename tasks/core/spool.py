@@ -35,8 +35,8 @@ IDS = "ids.json"  # provisional -> real run ids over all journals (a crash mark 
 PROBE_TIMEOUT_S = 5.0
 # the Tracker methods that write to a run (journaled while the server is down)
 TRACKED = frozenset(
-    ("start_run", "log_params", "log_metrics", "set_tags", "log_artifact", "log_artifacts", "log_served_model",
-     "end_run", "reopen_run")
+    ("start_run", "log_params", "log_metrics", "set_tags", "log_input", "log_artifact", "log_artifacts",
+     "log_served_model", "end_run", "reopen_run")
 )  # fmt: skip
 
 

@@ -65,19 +65,94 @@ class Topology:
 
     @classmethod
     def from_json(cls, data: dict) -> Topology:
-        ids = tuple(e["element_id"] for e in data["elements"])
-        index = {e: i for i, e in enumerate(ids)}
+        """Today's export: ``{"name", "elements": [{"element_id", "name"}], "links": [{"a", "b"}]}``, or
+        ``{"topohub": "<key>"}`` for a network shipped in topohub (its elements named as the simulator names them).
+        A duplicate element id or a link to an unknown element raises :class:`TopologyError` naming it."""
+        if isinstance(data, dict) and set(data) <= {"topohub", "name"} and "topohub" in data:
+            return load_topology(str(data["topohub"]))
+        if not isinstance(data, dict) or not isinstance(data.get("elements"), list):
+            raise TopologyError("expected an object with 'elements' (a list) and 'links' (a list)")
+        return cls.from_parts(
+            data.get("name", "?"),
+            [(str(_field(e, "element_id", "element", i)), e.get("name")) for i, e in enumerate(data["elements"], 1)],
+            [(_field(x, "a", "link", i), _field(x, "b", "link", i)) for i, x in enumerate(data.get("links", []), 1)],
+        )
+
+    @classmethod
+    def from_parts(cls, name: str, elements: list[tuple[str, str | None]], links: list[tuple]) -> Topology:
+        """From element (id, name) pairs and links between ids; ids unique, every link between known elements."""
+        index: dict[str, int] = {}
+        for i, (eid, _) in enumerate(elements, 1):
+            if eid in index:
+                raise TopologyError(f"element {i}: id {eid!r} already used by element {index[eid] + 1}")
+            index[eid] = i - 1
         edges = set()
-        for link in data["links"]:
-            a, b = index[link["a"]], index[link["b"]]
-            if a != b:
-                edges.add((min(a, b), max(a, b)))
-        names = tuple(str(e.get("name", e["element_id"])) for e in data["elements"])
-        return cls(data.get("name", "?"), ids, names, tuple(sorted(edges)))
+        for i, (a, b) in enumerate(links, 1):
+            for end in (a, b):
+                if str(end) not in index:
+                    raise TopologyError(f"link {i} ({a} - {b}): unknown element {str(end)!r}")
+            x, y = index[str(a)], index[str(b)]
+            if x != y:
+                edges.add((min(x, y), max(x, y)))
+        ids = tuple(e for e, _ in elements)
+        names = tuple(str(n if n is not None else e) for e, n in elements)
+        return cls(name, ids, names, tuple(sorted(edges)))
 
     @classmethod
     def read(cls, path: Path) -> Topology:
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """A topology file by its format: JSON (:meth:`from_json`), GraphML or GML (through networkx). GraphML: node
+        ids are element ids. GML: a node's ``element_id`` attribute, else its ``label`` where labels are unique,
+        else its ``id``. A node's ``name`` (else ``label``) attribute is its name."""
+        path = Path(path)
+        if path.suffix.lower() in (".graphml", ".gml"):
+            return _read_networkx(path)
+        return cls.from_json(json.loads(path.read_text()))
+
+    def isolated(self) -> list[str]:
+        """Elements with no link: nothing propagates to or from them, so the graph model cannot place them."""
+        linked = {i for edge in self.edges for i in edge}
+        return [e for i, e in enumerate(self.element_ids) if i not in linked]
+
+
+def _field(obj, key: str, what: str, i: int):
+    if not isinstance(obj, dict) or key not in obj:
+        raise TopologyError(f"{what} {i}: expected an object with {key!r}, got {str(obj)[:80]}")
+    return obj[key]
+
+
+def _read_networkx(path: Path) -> Topology:
+    import networkx as nx
+
+    try:
+        g = nx.read_graphml(path) if path.suffix.lower() == ".graphml" else nx.read_gml(path, label="id")
+    except Exception as exc:  # networkx raises its own, lxml's or ValueError for a malformed file
+        raise TopologyError(f"not a readable {path.suffix[1:].upper()} graph ({type(exc).__name__}: {exc})") from None
+    if path.suffix.lower() == ".graphml":
+        _graphml_links_known(path)
+    nodes = list(g.nodes(data=True))
+    labels = [a.get("label") for _, a in nodes]
+    by_label = path.suffix.lower() == ".gml" and None not in labels and len(set(labels)) == len(labels)
+
+    def element_id(node, attrs) -> str:  # GML: an element_id attribute, else unique labels, else the numeric id
+        return str(attrs.get("element_id") or (attrs["label"] if by_label else node))
+
+    ids = {n: element_id(n, a) for n, a in nodes}
+    elements = [(ids[n], a.get("name") or a.get("label")) for n, a in nodes]
+    name = g.graph.get("name") or path.parent.name
+    return Topology.from_parts(str(name), elements, [(ids[a], ids[b]) for a, b in g.edges()])
+
+
+def _graphml_links_known(path: Path) -> None:
+    """networkx adds a node for an edge's undeclared end: a link to an unknown element must be refused instead."""
+    import xml.etree.ElementTree as ET
+
+    tree = ET.parse(path)
+    local = [(el.tag.rsplit("}", 1)[-1], el) for el in tree.iter()]
+    declared = {el.get("id") for tag, el in local if tag == "node"}
+    for i, el in enumerate((el for tag, el in local if tag == "edge"), 1):
+        for end in (el.get("source"), el.get("target")):
+            if end not in declared:
+                raise TopologyError(f"link {i} ({el.get('source')} - {el.get('target')}): unknown element {end!r}")
 
 
 def load_topology(key: str) -> Topology:

@@ -22,9 +22,15 @@ def test_unknown_key_is_named():
         load_config("local", ["train.epoch=3"])
 
 
-def test_unknown_section_is_named():
-    with pytest.raises(ConfigError, match=r"unknown key 'trian'"):
+def test_unknown_section_is_named_with_the_full_key():
+    with pytest.raises(ConfigError, match=r"unknown key 'trian\.epochs': the config has no 'trian'"):
         load_config("local", ["trian.epochs=3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'a\.b\.c': the config has no 'a' \(known: bench, "):
+        load_config("local", ["a.b.c=1"])
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.x\.y': section 'train' has no 'x'"):
+        load_config("local", ["train.x.y=1"])
+    cfg = load_config("local", ['ingest.extra_conf={"spark.x": "1"}'])  # a mapping field takes any key below it
+    assert cfg.ingest.extra_conf == {"spark.x": "1"}
 
 
 def test_bad_value_names_key_and_value():

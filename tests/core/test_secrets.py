@@ -1,4 +1,4 @@
-"""Issue 17 item 5: secrets never reach MLflow params, manifests or recorded config; they come from the
+"""Secrets never reach MLflow params, manifests or recorded config; they come from the
 environment where they are used."""
 
 import json
@@ -54,3 +54,20 @@ def test_tracking_uri_credentials_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FAULTLINE_TEST_MLFLOW_PW", SECRET)
     uri = tracking_uri("https://alice:${env:FAULTLINE_TEST_MLFLOW_PW}@mlflow.example", tmp_path)
     assert uri == f"https://alice:{SECRET}@mlflow.example" and SECRET not in redact_text(uri)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"mlflow.tracking_uri=https://alice:{SECRET}@mlflow.example:5000",
+        'ingest.extra_conf={"spark.hadoop.fs.s3a.secret.key": "' + SECRET + '"}',
+    ],
+)
+def test_a_literal_secret_in_an_override_is_refused_before_it_reaches_prefect(override):
+    """Overrides become the flow's parameters, which Prefect stores and shows unmasked: refused with the hint."""
+    from tasks.core.secrets import refuse_literal_secrets
+
+    with pytest.raises(ConfigError, match=r"literal secret .* write .*=\$\{env:NAME\}") as err:
+        refuse_literal_secrets([override])
+    assert SECRET not in str(err.value)
+    refuse_literal_secrets(["mlflow.tracking_uri=https://alice:${env:PW}@mlflow.example", "train.epochs=3"])

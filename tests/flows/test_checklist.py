@@ -97,9 +97,11 @@ def test_check_cli_on_the_real_run(pipeline_run, tmp_path):
 
 
 def test_check_without_any_run_says_so(tmp_path):
-    proc = faultline("check", "--set", f"paths.root={tmp_path}", "--json", root=tmp_path)
+    store = tmp_path / "store"
+    proc = faultline("check", "--set", f"paths.root={store}", "--json", root=tmp_path)
     assert proc.returncode == 2
     assert "no pipeline run" in proc.stderr and last_json(proc.stdout)["verdict"] == "fail"
+    assert not store.exists()  # nothing to check changes nothing: no MLflow store is created
 
 
 def test_check_takes_either_run_id_and_rejects_a_bad_one_at_once(pipeline_run):

@@ -142,6 +142,8 @@ def pipeline_run_id(cfg, run_id: str | None) -> str:
     from tasks.core.tracking import Tracker, tracking_uri
 
     root = Path(cfg.paths.root)
+    if not cfg.mlflow.tracking_uri and not (root / "mlflow.db").is_file():  # nothing to check: create nothing
+        raise RunNotFound(f"no pipeline run at {root.resolve()} (no MLflow store there yet): run the pipeline")
     tracker = Tracker(
         tracking_uri(cfg.mlflow.tracking_uri, root), cfg.mlflow.experiment, root.resolve() / "mlartifacts"
     )

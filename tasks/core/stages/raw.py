@@ -19,11 +19,14 @@ _DAY = re.compile(r"_(\d{4}-\d{2}-\d{2})\.(csv|jsonl)$")
 SAMPLE_LINES = 500
 MAX_LINE_BYTES = 64 << 10  # a KPI row is ~100 bytes, an alarm record < 1 KiB: a longer line is a broken export
 CORRUPT = "_corrupt_record"
-# ISO-8601 with a zone: "Z" or an offset such as "+02:00" (normalized to UTC: the session time zone is UTC). The
+TOPOLOGY_FILES = ("topology.json", "topology.graphml", "topology.gml")  # the first present is read
+# ISO-8601 with a zone: "Z" or an offset, extended or basic ("+02:00", "+0200", "+02"), normalized to UTC (the
+# session time zone is UTC; Spark's cast reads all three offset forms). The
 # readers take the timestamp as text, and it is checked against this pattern before Spark's cast: a reader given
 # timestampFormat "yyyy-MM-dd'T'HH:mm:ssXXX" keeps the RAPIDS Accelerator's CSV scan off the GPU (no 'XXX' there)
 # and parses slower on the CPU, and the readers' default parser is lenient (a value without a zone would pass as UTC).
-ISO_ZONED = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2})$"
+ISO_ZONED = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}(:?[0-9]{2})?)$"
+_ISO_ZONED = re.compile(ISO_ZONED)
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,10 @@ class RawLayout:
     def topology(self) -> Topology:
         try:
             return Topology.read(self.topology_file)
-        except (KeyError, ValueError, TypeError) as exc:
+        except (KeyError, ValueError, TypeError) as exc:  # TopologyError names the element or link
             raise DataRejected(
-                f"{self.topology_file}: not a valid topology export ({exc}); expected "
-                "{'elements': [{'element_id', 'name'}], 'links': [{'a', 'b'}]}",
+                f"{self.topology_file}: not a valid topology ({exc}); expected "
+                "{'elements': [{'element_id', 'name'}], 'links': [{'a', 'b'}]}, GraphML or GML (docs/DATA.md)",
                 file=str(self.topology_file),
             ) from None
 
@@ -61,11 +64,12 @@ def discover(raw: Path) -> RawLayout:
     raw = Path(raw)
     kpi = tuple(sorted((raw / "kpi").glob("kpi_*.csv")))
     alarms = tuple(sorted((raw / "alarms").glob("alarms_*.jsonl")))
-    topo = raw / "topology.json"
+    topo = next((raw / n for n in TOPOLOGY_FILES if (raw / n).exists()), raw / TOPOLOGY_FILES[0])
     if not kpi:
         raise DataRejected(f"{raw / 'kpi'}: no KPI exports found (expected kpi_YYYY-MM-DD.csv)", file=str(raw))
     if not topo.is_file():
-        raise DataRejected(f"{topo}: topology export missing", file=str(topo))
+        expected = ", ".join(TOPOLOGY_FILES)
+        raise DataRejected(f"{topo}: topology export missing (expected one of {expected})", file=str(topo))
     days = []
     for p in (*kpi, *alarms, topo):
         if not p.is_file():  # is_file follows links: a directory, a dangling link and a symlink loop all fail
@@ -148,7 +152,9 @@ def _parses(kind: str, value: str) -> bool:
             float(value)
         elif kind == "long":
             int(value)
-        elif kind == "timestamp":
+        elif kind == "timestamp":  # the readers' own test (the pattern, then a real instant)
+            if not _ISO_ZONED.match(value):
+                return False
             datetime.fromisoformat(value.replace("Z", "+00:00"))
         return True
     except ValueError:
@@ -162,9 +168,10 @@ def _check_columns(path: Path, rows: list[dict], columns) -> None:
             continue
         bad = [v for v in values if not _parses(col.kind, str(v))]
         if len(bad) > 0.5 * len(values):
+            what = "ISO-8601 with a zone (Z, +02:00, +0200 or +02)" if col.kind == "timestamp" else col.kind
             raise DataRejected(
                 f"{path}: column '{col.name}' has the wrong type: {len(bad)} of the first {len(values)} values "
-                f"are not {col.kind} (e.g. {bad[0]!r})",
+                f"are not {what} (e.g. {bad[0]!r})",
                 file=str(path),
                 column=col.name,
                 expected=col.kind,

@@ -12,7 +12,7 @@ with or without MLflow:
 The input is what the features stage writes, not z-scores: raw feature windows ``[batch, window, elements,
 features]`` float32, NaN where a value is missing. The output is P(fault within the label horizon) per element,
 ``w * tree(last step) + (1 - w) * gnn(window)``: the stack evaluation scored, so the registry serves the figures
-the run reports (issue 18: the better model is the default).
+the run reports (the better model is the default).
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ SERVED = "served.json"
 
 
 def write_served(
-    out: Path, train_dir: Path, names: list[str], tree: Any, tree_weight: float, metrics: dict[str, float]
+    out: Path,
+    train_dir: Path,
+    names: list[str],
+    tree: Any,
+    tree_weight: float,
+    metrics: dict[str, float],
+    network: str = "",
 ) -> dict[str, Any]:
     """The predictor's directory ``out`` from the train stage's outputs and evaluation's tree and stack weight;
     returns its description (``served.json``)."""
@@ -41,6 +47,7 @@ def write_served(
         "tree_weight": float(tree_weight),
         "tree_iterations": int(tree.n_iter_) if tree_weight > 0 else 0,
         "features": list(names),
+        "network": network,
         "elements": int(d["X"].shape[1]),
         "metrics": {k: float(v) for k, v in metrics.items()},
     }
@@ -78,6 +85,11 @@ class FaultPredictor:
         import torch
 
         x = np.asarray(windows, dtype=np.float32)
+        if x.ndim == 4 and x.shape[2] != self.shape[1]:
+            raise ValueError(
+                f"this model serves the network {self.spec.get('network') or '?'!r} of {self.shape[1]} elements; "
+                f"the input has {x.shape[2]}: load the champion registered for the input's network"
+            )
         if x.ndim != 4 or tuple(x.shape[1:]) != self.shape:
             raise ValueError(
                 f"input of shape {list(x.shape)}: expected [batch, window, elements, features] = [batch, "

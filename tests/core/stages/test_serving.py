@@ -1,4 +1,4 @@
-"""The served predictor (issue 18: the better model is the default) scores what evaluation scored: the stack of
+"""The served predictor (the better model is the default) scores what evaluation scored: the stack of
 the tuned tree and the graph model, from raw feature windows, through MLflow's ``pyfunc`` too."""
 
 from __future__ import annotations
@@ -91,8 +91,11 @@ def test_evaluation_writes_the_stack_it_chose_and_its_figures(trained, tiny_feat
 
 def test_a_window_of_the_wrong_shape_is_refused_with_what_is_expected(trained, tmp_path):
     train_dir, topo, names = trained
-    write_served(tmp_path / "s", train_dir, names, None, 0.0, {})
+    write_served(tmp_path / "s", train_dir, names, None, 0.0, {}, network="Abilene")
     p = FaultPredictor(tmp_path / "s")
     assert p.shape == (WINDOW, topo.n, len(names))
     with pytest.raises(ValueError, match=rf"\[batch, {WINDOW}, {topo.n}, {len(names)}\]"):
-        p.predict(np.zeros((1, WINDOW, topo.n + 1, len(names)), np.float32))
+        p.predict(np.zeros((1, WINDOW + 1, topo.n, len(names)), np.float32))
+    # another network's windows (another element count): refused, naming the network this model serves
+    with pytest.raises(ValueError, match=rf"serves the network 'Abilene' of {topo.n} elements; the input has 37"):
+        p.predict(np.zeros((1, WINDOW, 37, len(names)), np.float32))
