@@ -41,7 +41,7 @@ def quality_runs(cfg, profile: str, overrides: list[str]) -> list[dict[str, Any]
                 profile=profile,
                 topology=topology,
                 days=size.quality_days,
-                overrides=[*overrides, f"workload.seed={seed}"],
+                overrides=[*overrides, f"workload.seed={seed}", "evaluate.oracles=true"],
             )
             runs.append(run_record(topology, seed, topology in size.quality_held_out, summary))
     return runs

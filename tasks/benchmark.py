@@ -16,9 +16,43 @@ from tasks.runner import TASK_OPTIONS, logger, progress_artifact, publish_markdo
 from tasks.tracking import tracker_for
 
 
+def provenance(result: dict[str, Any]) -> dict[str, Any]:
+    """Where a result comes from, inside its JSON: the date (UTC), the card (every GPU's model, or the CPU's core
+    count), the commit (git, with ``+changes`` where the tree differs from it; else the code version) and the
+    command that produced it."""
+    import shlex
+    import subprocess
+    import sys
+    import time
+
+    from tasks.core.runtime import detect_hardware
+    from tasks.core.store import code_version
+
+    hw = result.get("hardware") or detect_hardware().as_dict()
+    gpus = [g.get("name", "?") for g in hw.get("gpus") or []]
+    card = f"{len(gpus)}x {gpus[0]}" if gpus else f"{hw.get('cpu_count', '?')}-core CPU (no GPU)"
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        git = ["git", "-C", str(repo)]
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "flows", "tasks", "gpu_kernels"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
+        commit = f"{commit}+changes" if commit and dirty else commit
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    argv = [Path(sys.argv[0]).name if sys.argv[0].endswith("faultline") else sys.argv[0], *sys.argv[1:]]
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "card": card,
+        "commit": commit or f"code {code_version()} (not a git checkout)",
+        "command": "faultline " + shlex.join(argv[argv.index("bench") :]) if "bench" in argv else shlex.join(argv),
+    }
+
+
 def _publish(cfg: FaultlineConfig, name: str, result: dict[str, Any], files: tuple[Path, ...] = ()) -> dict:
     out = Path(cfg.paths.bench_results) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    result = {**result, "provenance": provenance(result)}
     write_json_atomic(out, json_safe(result))  # strict JSON (null, not NaN); a reader never sees half a report
     tr = tracker_for(cfg, f"{cfg.mlflow.experiment}-bench")
     run_id = tr.start_run(f"bench-{name}", {"benchmark": name, "profile": cfg.profile, "faultline_kind": "bench"})

@@ -9,6 +9,7 @@ from prefect import task
 from tasks.core.config import EvaluateConfig
 from tasks.core.stages.evaluate import evaluate_stage, summary_metrics
 from tasks.core.store import StageResult, run_stage
+from tasks.core.training.checkpoint import weights_digest
 from tasks.runner import TASK_OPTIONS, finish_stage, publish_table
 
 
@@ -22,13 +23,19 @@ def evaluate_task(
     force: bool = False,
     raw: str | None = None,
 ) -> StageResult:
-    """``raw``: the run's raw exports; where the simulator left its hidden state there, the oracles are fitted."""
+    """``raw``: the run's raw exports; where the simulator left its hidden state there and ``cfg.oracles`` asks, the
+    oracles are fitted. Keyed by the model's weights too: a retrained model is evaluated again."""
     names = features["features"]["names"]
     hidden = raw if raw and (Path(raw) / "hidden" / "hidden.json").is_file() else None
     result = run_stage(
         root,
         "evaluate",
-        {"features": features.fingerprint, "train": trained.fingerprint, "oracle": "hidden" if hidden else "none"},
+        {
+            "features": features.fingerprint,
+            "train": trained.fingerprint,
+            "weights": weights_digest(trained.path / "model.pt"),  # a retrained model of the same inputs: new key
+            "oracle": "hidden" if hidden and cfg.oracles else "none",
+        },
         cfg,
         lambda tmp: evaluate_stage(
             features.path, trained.path, names, cfg, seed, tmp, features["features"]["horizon_minutes"], hidden
@@ -53,7 +60,7 @@ def evaluate_task(
             "tree PR-AUC": f"{metrics['baseline_pr_auc']:.4f}",
             "oracle PR-AUC": f"{metrics['oracle_pr_auc']:.4f}"
             if "oracle_pr_auc" in metrics
-            else "n/a (no hidden state)",
+            else "not computed (evaluate.oracles=true on simulated data)",
             "seconds by part": ", ".join(f"{k} {v:.1f}" for k, v in result.get("timings_s", {}).items()),
         },
     )

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# On the lent H200 (device tool), after bench/device/receive.sh unpacked the bundle in /tmp/fl/bundle.
+# Staging for an air-gapped GPU host reached through a command runner that carries a few tens of MB per call and
+# keeps the machine only while calls follow each other (bench/README.md): after bench/device/receive.sh has
+# unpacked the bundle in /tmp/fl/bundle,
 #   start     everything below in the background (setsid: it outlives the call); returns at once
 #   wait [S]  up to S seconds for it (default 540); prints the steps so far; copies the results into $OUT (every
-#             20 s too); keep S at least 90 s under the device time left: a call's start and copy count too
-#   Make the calls back to back, nothing between them: the machine goes back after 30 s idle, and with it the chain
-#   and everything under /tmp/fl (session 21 lost a lease's ingest step that way; a later call finds a bare one)
+#             20 s too, so a call cut at its limit still brings back what was there)
+#   Make the calls back to back: an idle runner may hand the machine back, and /tmp/fl with it.
 # The background chain (logs and results under /tmp/fl/out; the store under /tmp/fl/root): setup, then the steps
-# named in STEPS (default below), in that order, so that a lease that ends early loses the last ones:
+# named in STEPS (default below), in that order, so that a chain cut short loses the last ones:
 #   setup     make setup BUNDLE=/tmp/fl/bundle (offline, timed); meanwhile, once the wheels are in, the gpu
 #             profile's raw exports are simulated (backbone/world, DAYS days, default 14: 15.4 M KPI rows)
 #   doctor    faultline doctor
@@ -14,26 +15,22 @@
 #   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path
 #   rapids    validate and ingest again on the same exports with Spark's RAPIDS Accelerator (the jar make setup
 #             installed; concurrentGpuTasks in RAPIDS_TASKS, default 2), each in its own store, then
-#             bench/device/same_lake.py: lake, quarantine and GX results vs the lake step's CPU run, stage times
-#             RAPIDS_SET adds --set overrides to the plugin's runs here and in ingest (e.g.
-#             'ingest.extra_conf={"spark.rapids.memory.pinnedPool.size":"16g"}')
+#             bench/device/same_lake.py: lake, quarantine and GX results vs the lake step's CPU run, stage times;
+#             RAPIDS_SET adds --set overrides to the plugin's runs here and in ingest
 #   ingest    faultline bench ingest --profile gpu with the plugin: CPU Spark on all cores, the concurrentGpuTasks
-#             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; clean exports simulated during setup;
-#             the variants finished so far come back as ingest_partial.json (in out.tgz) if the lease ends first;
-#             last, CPU Spark on local[N] for each N in SPARK_CORES (default 2 8; empty: none), beside local[*]
+#             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; the variants finished so far come back
+#             as ingest_partial.json; last, CPU Spark on local[N] for each N in SPARK_CORES (default 2 8)
 #   profile   bench/ingest_profile.py on the bench's exports, CPU Spark on local[N] for each N in PROFILE_CORES
-#             (default 8 16; the gpu profile's 16 shuffle partitions and 24 GB driver): where each stage's task time
-#             goes as the cores grow (session 31: 8 and 16 cores took 29.8 and 28.5 s)
-#   guard     bench/device/guard_probe.py on the bench's exports: the ingest's file-number guard with the plugin on
-#             and off (the when guard, session 30's coalesce guard, a row from an unlisted file)
+#             (default 8 16): where each stage's task time goes as the cores grow
 #   train     faultline bench train --profile gpu at the bench size (backbone/world, 4,032 snapshots, 6 epochs, one
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
-#   trainab   bench/device/train_ab.py: the same bench size with Horovod, the tree before issue 18 (BASE, a git
-#             archive carried as .devparts/base.tgz, unpacked by start) vs this one, alternating, 3 runs each:
-#             the same card's throughput of both (for when the lease is not the card of the recorded figure)
-#   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path (its training a tenth); E2E_SET adds
-#             --set overrides to both paths' command (e.g. "ingest.rapids_jar=installed": the CPU path turns it off)
-#   check     faultline check on the newest GPU run (run's or e2e's)
+#   trainab   bench/device/train_ab.py: the same bench size with Horovod, a base tree (a git archive carried as
+#             .devparts/base.tgz, unpacked by start) vs this one, alternating, 3 runs each
+#   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
+#   scaling   faultline bench scaling --profile gpu --size SCALING_SIZE (default small): this host's own strong and
+#             weak scaling, which the checklist judges the run against
+#   check     faultline check on the newest GPU run (run's or e2e's), against this host's scaling report where the
+#             scaling step made one
 #   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
 #   eval      the pipeline again from features on that lake (features and train cached): evaluation's time by part
 #   features  faultline bench features --profile gpu at the same size (pandas, Dask on all cores, GPU, kernels)
@@ -46,8 +43,7 @@ FL=".venv/bin/faultline"
 step() { echo "== $(date +%T) $*" | tee -a $R/steps.log; }
 
 presimulate() {  # as soon as the venv can import the simulator: the same content-addressed raw stage as the run's
-  # a warm machine's second chain finds the venv up to date (session 31 lost 380 s of a lease waiting here for
-  # words that setup prints only when it installs)
+  # a warm machine's second chain finds the venv up to date (setup then prints neither of the first two)
   for _ in $(seq 300); do grep -q "Horovod (\|ready in\|is up to date" $R/install.log 2>/dev/null && break; sleep 2; done
   PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 &
   PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
@@ -79,7 +75,7 @@ chain() {
     lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
     rapids) # this chain's raw stage, the newest: an earlier chain's (another tree, another fingerprint) may linger on a
-      # warm machine, and its URIs differ (session 32's first comparison read the first by name)
+      # warm machine, and its URIs differ
       RAW=$(ls -td /tmp/fl/root/store/raw/*/ | head -1)
       for g in ${RAPIDS_TASKS:-2}; do
         FAULTLINE_ROOT=/tmp/fl/rapids$g $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --raw "$RAW" --until ingest --set ingest.rapids_jar=installed \
@@ -117,9 +113,6 @@ PY
           > $R/ingest_profile_$n.log 2>&1
         echo "profile local[$n] rc=$?" >> $R/steps.log; tail -n 4 $R/ingest_profile_$n.log | cut -c1-300 >> $R/steps.log
       done ;;
-    guard) RAW=$(ls -d /tmp/fl/bench/ingest/raw-*/ | head -1)
-      .venv/bin/python bench/device/guard_probe.py "$RAW" $R/guard_probe.json > $R/guard_probe.log 2>&1
-      echo "guard rc=$?" >> $R/steps.log; tail -n 1 $R/guard_probe.log | cut -c1-700 >> $R/steps.log ;;
     train) $FL bench train --profile gpu --set train.num_proc=1 --set train.epochs=6 --topology backbone/world \
         --times 4032 --results $R --json > $R/train.log 2>&1
       echo "train rc=$?" >> $R/steps.log
@@ -130,7 +123,11 @@ PY
     e2e) $FL bench e2e --profile gpu $(for o in ${E2E_SET:-}; do echo --set $o; done) --results $R --work /tmp/fl/bench \
         --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']") ;;
-    check) $FL check --profile gpu --set paths.bench_results=$PWD/bench/results --run "$RUN" --json > $R/check.txt 2>&1
+    scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} --results $R --work /tmp/fl/bench \
+        --json > $R/scaling.log 2>&1
+      echo "scaling rc=$?" >> $R/steps.log ;;
+    check) BR=$PWD/bench/results; [ -f $R/scaling.json ] && BR=$R
+      $FL check --profile gpu --set paths.bench_results=$BR --run "$RUN" --json > $R/check.txt 2>&1
       echo "check $RUN rc=$?" >> $R/steps.log; cp /tmp/fl/root/store/checklists/$RUN/checklist.* $R/ 2>/dev/null ;;
     util) LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
       for i in $(seq ${UTIL_N:-5}); do
@@ -152,7 +149,7 @@ PY
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
   cp /tmp/fl/bench/ingest/partial.json $R/ingest_partial.json 2>/dev/null  # the ingest variants finished so far
-  for f in steps.log install_time.txt ingest.json checklist.md e2e.json train.json same_lake_2.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  for f in steps.log install_time.txt ingest.json checklist.md e2e.json train.json scaling.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }
 
@@ -164,9 +161,8 @@ start)
   ;;
 chain) chain ;;
 wait)
-  # the results are copied into $OUT every 20 s, not only at the end: a call cut at its limit (the session's
-  # device time ran out first) still brings back what was there (sessions 17 and 19 each lost a step's
-  # results to a wait that was cut before its final copy)
+  # the results are copied into $OUT every 20 s, not only at the end: a call cut at its limit still brings back
+  # what was there
   end=$(( $(date +%s) + ${2:-540} )); n=0
   while [ ! -f /tmp/fl/done ] && [ "$(date +%s)" -lt "$end" ]; do
     sleep 5; n=$((n + 1)); [ $((n % 4)) = 0 ] && collect

@@ -77,16 +77,21 @@ def test_e2e_bench_two_paths_one_invocation(tmp_path):
     proc = faultline("bench", "e2e", *small, "--results", str(results), "--json", root=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rep = json.loads((results / "e2e.json").read_text())
+    assert rep["provenance"]["command"].startswith("faultline bench e2e") and rep["provenance"]["card"]
     g, c = rep["gpu_path"]["stages"], rep["cpu_path"]["stages"]
     assert set(g) == {"validate", "ingest", "features", "train", "evaluate"} and set(c) == set(g)
     assert c["validate"]["shared"] and c["ingest"]["shared"] and c["evaluate"]["shared"]
     assert not c["train"]["shared"] and rep["extrapolated"] == ["cpu_path.train"]
     x = rep["cpu_path"]["extrapolated"]["train"]
-    assert x["epochs_timed"] == 1 and x["epochs_full"] == 4 and c["train"]["seconds"] > x["measured_s"]
+    assert x["epochs_timed"] == 2 and x["epochs_full"] == 4 and c["train"]["seconds"] > x["measured_s"]
+    assert x["epoch_s_from"] == "epochs 2.."  # the first epoch is warm-up: the later ones stand for the rest
     assert rep["e2e_ratio"] == pytest.approx(rep["cpu_path"]["total_s"] / rep["gpu_path"]["total_s"], rel=0.01)
     assert (results / "e2e.png").stat().st_size > 5_000 and rep["gpu_path"]["mlflow_run_id"]
 
 
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.horovod
 def test_quality_bench_runs_the_pipeline_per_topology_and_seed(tmp_path):
     """The yardstick's flow at its small size: one pipeline run (Abilene, seed 1, 3 days) through the real stages,
     the report with every model (graph model, tree, rule, both oracles), its plot, and MLflow."""

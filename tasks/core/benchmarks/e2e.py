@@ -3,7 +3,8 @@ and on the CPU path (Spark ``local[*]``, Dask and training on all the host's cor
 host; per-stage times from the two runs' manifests and the end-to-end ratio.
 
 CPU training at full size can take hours, so the CPU path trains ``cpu_train_epochs`` of the profile's epochs
-(at least a tenth) and its epoch time is extrapolated linearly to all of them: said in the JSON and the table.
+(a tenth, and at least two): the first is counted as it ran (warm-up) and the mean of the later ones stands for
+each remaining epoch, said in the JSON and the table.
 Stages whose output both paths share (validate and ingest run on Spark's CPU engine on both, unless the GPU
 path uses the RAPIDS Accelerator: the CPU path then runs them without it) are computed once and counted on both
 paths, marked ``shared``; so is evaluation where it is the same CPU code on both paths (the CPU path then stops
@@ -25,7 +26,8 @@ CPU_UNTIL = "train"  # where evaluation is the same CPU code on both paths: meas
 
 
 def cpu_train_epochs(cfg: FaultlineConfig, fraction: float = CPU_FRACTION) -> int:
-    return max(1, math.ceil(cfg.train.epochs * fraction))
+    """At least two (the first is warm-up: an epoch time from it alone would overstate the CPU path)."""
+    return min(cfg.train.epochs, max(2, math.ceil(cfg.train.epochs * fraction)))
 
 
 def cpu_until(cfg: FaultlineConfig) -> str:
@@ -57,19 +59,23 @@ def _manifest(stage: dict[str, Any]) -> dict[str, Any]:
 
 
 def _train_seconds(m: dict[str, Any], epochs: int) -> tuple[float, dict[str, Any] | None]:
-    """Measured train seconds, or (when fewer epochs ran) the fixed part plus the epochs scaled to ``epochs``."""
+    """Measured train seconds, or (when fewer epochs ran) the stage as measured plus each missing epoch at the
+    mean of the epochs after the first (the first is warm-up; with one epoch only, that one)."""
     ran = len(m["history"])
     if ran >= epochs:
         return m["seconds"], None
-    per_epoch = sum(h["t_end"] - h["t_start"] for h in m["history"]) / ran
-    fixed = m["seconds"] - per_epoch * ran
-    return fixed + per_epoch * epochs, {
+    times = [h["t_end"] - h["t_start"] for h in m["history"]]
+    steady = times[1:] or times
+    per_epoch = sum(steady) / len(steady)
+    return m["seconds"] + per_epoch * (epochs - ran), {
         "epochs_timed": ran,
         "epochs_full": epochs,
         "fraction": round(ran / epochs, 3),
         "measured_s": round(m["seconds"], 2),
+        "first_epoch_s": round(times[0], 2),
         "epoch_s": round(per_epoch, 2),
-        "fixed_s": round(fixed, 2),
+        "epoch_s_from": "epochs 2.." if len(times) > 1 else "epoch 1 (warm-up included)",
+        "fixed_s": round(m["seconds"] - sum(times), 2),
     }
 
 

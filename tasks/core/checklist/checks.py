@@ -11,12 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.core.checklist.report import FAIL, NA, PASS, WARN, Check, Outcome, manifest, requires_stage
+from tasks.core.checklist.gpu_checks import (
+    GPU_UTIL_TARGET,
+    _gpu_run,
+    check_gpu_utilization,
+    check_kernel_timeline,
+    check_memory_fraction,
+    check_nccl_matrix,
+)
+from tasks.core.checklist.report import FAIL, NA, PASS, WARN, Check, Outcome, manifest
+from tasks.core.checklist.spark_checks import (
+    ROW_GROUP_TARGET_MB,
+    check_dynamic_allocation,
+    check_executor_memory,
+    check_max_direct_memory,
+    check_row_groups,
+    check_validation,
+)
 from tasks.core.config import flatten
 
-GPU_UTIL_TARGET = 85.0
-NCCL_SYMMETRY_TOL = 0.15
-ROW_GROUP_TARGET_MB = 256
 FINAL_METRICS = ("pr_auc", "roc_auc", "f1", "recall_at_p90")
 BASELINE_METRICS = ("baseline_pr_auc", "rule_pr_auc")
 EPOCH_METRICS = ("train_loss", "val_pr_auc")
@@ -24,98 +37,15 @@ REQUIRED_TAGS = ("code_version", "data_fingerprint")
 IB_FIX = 'HOROVOD_MPI_ARGS="-mca btl ^openib"'
 
 
-def _gpu_run(ev: dict[str, Any]) -> bool:
-    train = manifest(ev, "train")
-    return bool(train and train.get("device") == "cuda")
-
-
-def _run_gpus(ev: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(((ev.get("environment") or {}).get("hardware") or {}).get("gpus") or [])
-
-
-def _spark_conf(ingest: dict[str, Any]) -> dict[str, str]:
-    return ingest.get("spark_conf") or {}
-
-
 # ---------------------------------------------------------------- the checks
-@requires_stage("train")
-def check_kernel_timeline(ev: dict[str, Any], train: dict[str, Any]) -> Outcome:
-    kt = train.get("kernel_timeline") or {}
-    if train.get("device") != "cuda":
-        return Outcome(NA, f"training ran on {train.get('device')}: there are no CUDA kernels to time")
-    kind = kt.get("kind") or ""
-    top = kt.get("top_kernels") or []
-    if kind.startswith("nsys") or (kt.get("file") and kt.get("cuda_kernels", 0) > 0 and top):
-        listing = "; ".join(f"{k['kernel'][:60]} {k['total_us'] / 1000:.2f} ms x{k['calls']}" for k in top[:5])
-        return Outcome(
-            PASS, f"{kind} `{kt.get('file')}` with {kt.get('cuda_kernels')} CUDA kernels; top: {listing}", top
-        )
-    if kt.get("file"):
-        return Outcome(FAIL, f"{kind} `{kt['file']}` holds no CUDA kernel events")
-    return Outcome(FAIL, "no nsys report or profiler trace was recorded for training")
-
-
-@requires_stage("ingest", "the run has no ingest stage (started from an existing lake)")
-def check_dynamic_allocation(ev: dict[str, Any], ingest: dict[str, Any]) -> Outcome:
-    conf = _spark_conf(ingest)
-    value = conf.get("spark.dynamicAllocation.enabled")
-    if value is None:
-        return Outcome(
-            FAIL, "the ingest manifest holds no effective Spark conf (spark.dynamicAllocation.enabled unset)"
-        )
-    if str(value).lower() == "false":
-        return Outcome(PASS, f"spark.dynamicAllocation.enabled={value} (master {conf.get('spark.master')})")
-    return Outcome(FAIL, f"spark.dynamicAllocation.enabled={value}")
-
-
-def check_nccl_matrix(ev: dict[str, Any]) -> Outcome:
-    probes = ev.get("probes") or {}
-    gpus = (probes.get("hardware") or {}).get("gpus") or []
-    topo = probes.get("topo") or {}
-    shown = f"; nvidia-smi topo -m: {topo['links']}" if topo.get("links") else ""
-    if len(gpus) < 2:
-        return Outcome(NA, f"{len(gpus)} GPU on this machine: a pairwise matrix needs at least 2{shown}", topo or None)
-    nccl = probes.get("nccl")
-    if not nccl:
-        return Outcome(FAIL, f"the pairwise probe did not run: {probes.get('nccl_error', 'not attempted')}{shown}")
-    from tasks.core.probes import asymmetry
-
-    worst, where = asymmetry(nccl["matrix_gbps"])
-    m = nccl["matrix_gbps"]
-    rows = " / ".join(" ".join(f"{v:.0f}" for v in row) for row in m)
-    text = f"{len(m)}x{len(m)} GB/s matrix [{rows}], worst asymmetry {worst:.1%} at {where}{shown}"
-    return Outcome(PASS if worst <= NCCL_SYMMETRY_TOL else FAIL, text, {"nccl": nccl, "topo": topo})
-
-
-@requires_stage("train")
-def check_gpu_utilization(ev: dict[str, Any], train: dict[str, Any]) -> Outcome:
-    if train.get("device") != "cuda":
-        return Outcome(NA, f"training ran on {train.get('device')}: no GPU to utilise")
-    u = train.get("gpu_utilization") or {}
-    if not u.get("available"):
-        return Outcome(FAIL, f"no GPU utilization samples were recorded for training ({u.get('reason')})")
-    busy = u.get("kernel_busy_fraction")
-    extra = f"; kernel-busy {busy:.1%} over the profiled steps" if busy is not None else ""
-    if not u.get("sufficient") or u.get("steady_mean") is None:
-        return Outcome(
-            WARN,
-            f"insufficient evidence: {u.get('steady_samples', 0)} samples over {u.get('steady_seconds', 0):.1f} s of "
-            f"steady-state training (at least 10 s and 20 samples are needed to judge){extra}",
-        )
-    text = (
-        f"steady-state {u['steady_mean']:.1f} % over {u['steady_samples']} samples in {u['steady_seconds']:.0f} s "
-        f"({u.get('source', 'NVML')}; {u.get('steady_definition')}); whole launch {u['mean']:.1f} %{extra}; "
-        f"target > {GPU_UTIL_TARGET:.0f} %"
-    )
-    return Outcome(PASS if u["steady_mean"] > GPU_UTIL_TARGET else FAIL, text)
-
-
 def _mlflow_missing(run: dict[str, Any], config: dict[str, Any]) -> list[str]:
     missing: list[str] = []
     if run.get("status") != "FINISHED":
         missing.append(f"status FINISHED (is {run.get('status')})")
     params, metrics, tags = run.get("params") or {}, run.get("metrics") or {}, run.get("tags") or {}
-    missing += [f"param {k}" for k in flatten(config) if k not in params]
+    own_data = tags.get("data_source", "simulated") != "simulated"  # no workload.* params: no simulator ran
+    expected = [k for k in flatten(config) if not (own_data and k.startswith("workload."))]
+    missing += [f"param {k}" for k in expected if k not in params]
     if not config:
         missing.append("artifact profile/config.json (the flattened config cannot be checked)")
     missing += [f"metric {k}" for k in FINAL_METRICS + BASELINE_METRICS if k not in metrics]
@@ -149,96 +79,30 @@ def check_mlflow_complete(ev: dict[str, Any]) -> Outcome:
     )
 
 
-def _gx_results(v: dict[str, Any]) -> str:
-    suites = v.get("gx_success") or {}
-    if not suites:
-        return "no GX suite results recorded"
-    failed = [name for name, ok in suites.items() if not ok]
-    text = f"GX: {len(suites) - len(failed)} of {len(suites)} suites passed"
-    if v.get("gx_mostly") is not None and v["gx_mostly"] < 1.0:
-        text += f" (each row rule needs {v['gx_mostly']:.0%} of rows)"
-    return text + (f" (not: {', '.join(sorted(failed))})" if failed else "")
-
-
-@requires_stage("validate", "the run has no validation stage (started from an existing lake)")
-def check_validation(ev: dict[str, Any], v: dict[str, Any]) -> Outcome:
-    limit = (v.get("config") or {}).get("max_quarantine_rate", 0.2)
-    rate = float(v.get("quarantine_rate", 0.0))
-    ingest = manifest(ev, "ingest") or {}
-    lost = ingest.get("rows_in", 0) - ingest.get("rows_out", 0) - ingest.get("rows_quarantined", 0) if ingest else 0
-    text = f"{_gx_results(v)}; quarantine rate {rate:.3%} (limit {limit:.1%})"
-    if lost:
-        return Outcome(FAIL, f"{text}; ingest lost {lost} rows (in != out + quarantined)")
-    gx_failed = v.get("gx_mostly") is not None and not all((v.get("gx_success") or {}).values())
-    return Outcome(PASS if rate <= limit and not gx_failed else FAIL, text)
-
-
-@requires_stage("ingest")
-def check_executor_memory(ev: dict[str, Any], ingest: dict[str, Any]) -> Outcome:
-    gpus = _run_gpus(ev)
-    if not gpus:
-        return Outcome(NA, "no GPU on the ingest host: the rule (GPU memory x 1.2 + 2 GB) does not apply")
-    conf = _spark_conf(ingest)
-    got = _to_gb(conf.get("spark.executor.memory", "0m"))
-    want = gpus[0]["memory_gb"] * 1.2 + 2
-    text = f"spark.executor.memory={conf.get('spark.executor.memory')} ({got:.1f} GB); rule {want:.1f} GB"
-    return Outcome(PASS if got >= want * 0.98 else FAIL, text)
-
-
-def _to_gb(v: str) -> float:
-    v = str(v).strip().lower()
-    units = {"k": 1 / 2**20, "m": 1 / 1024, "g": 1.0, "t": 1024.0}
-    if v and v[-1] in units:
-        return float(v[:-1]) * units[v[-1]]
-    if v.endswith("b") and v[-2:-1] in units:
-        return float(v[:-2]) * units[v[-2]]
-    return float(v) / 2**30
-
-
-@requires_stage("ingest")
-def check_max_direct_memory(ev: dict[str, Any], ingest: dict[str, Any]) -> Outcome:
-    import re
-
-    conf = _spark_conf(ingest)
-    keys = ("spark.executor.extraJavaOptions", "spark.driver.extraJavaOptions")
-    bad = [k for k in keys if "-XX:MaxDirectMemorySize=" not in conf.get(k, "")]
-    if bad:
-        return Outcome(FAIL, f"-XX:MaxDirectMemorySize is not set in {', '.join(bad)}")
-    flag = re.search(r"-XX:MaxDirectMemorySize=\S+", conf["spark.executor.extraJavaOptions"])
-    return Outcome(PASS, f"{flag.group(0)} for driver and executors")
-
-
-@requires_stage("train", "training did not run on a GPU")
-def check_memory_fraction(ev: dict[str, Any], train: dict[str, Any]) -> Outcome:
-    if train.get("device") != "cuda":
-        return Outcome(NA, "training did not run on a GPU")
-    f = train.get("memory_fraction")
-    if f is None or not 0 < float(f) < 1:
-        return Outcome(FAIL, f"GPU memory fraction is {f!r}: the caching allocator may take the whole device")
-    return Outcome(PASS, f"torch.cuda.set_per_process_memory_fraction({f})")
-
-
-@requires_stage("ingest")
-def check_row_groups(ev: dict[str, Any], ingest: dict[str, Any]) -> Outcome:
-    target = ROW_GROUP_TARGET_MB * 2**20
-    configured = int(ingest.get("parquet_block_size_bytes") or 0)
-    facts = ((ingest.get("sources") or {}).get("kpi") or {}).get("parquet") or {}
-    full = facts.get("full_row_group_bytes") or []  # every row group but each file's last
-    text = f"parquet.block.size={configured / 2**20:.0f} MB (target {ROW_GROUP_TARGET_MB} MB)"
-    if not 0.5 * target <= configured <= 2 * target:
-        return Outcome(FAIL, text)
-    if full:
-        median = sorted(full)[len(full) // 2]
-        text += f"; {len(full)} full row groups, median {median / 2**20:.0f} MB"
-        return Outcome(PASS if 0.5 * target <= median <= 1.5 * target else WARN, text)
-    largest = facts.get("max_row_group_bytes", 0) / 2**20
-    return Outcome(PASS, f"{text}; every file fits in one row group (largest {largest:.1f} MB)")
+def host_kind(hardware: dict[str, Any] | None) -> str | None:
+    """What kind of host a hardware record describes: its GPUs' model and count, else its CPU core count."""
+    if not hardware:
+        return None
+    gpus = hardware.get("gpus") or []
+    if gpus:
+        return f"{len(gpus)}x {gpus[0].get('name', '?')}"
+    return f"{hardware.get('cpu_count', '?')}-core CPU"
 
 
 def check_scaling_report(ev: dict[str, Any]) -> Outcome:
     rep, where = ev.get("scaling"), ev.get("scaling_path")
     if not rep:
         return Outcome(FAIL, f"no scaling report at {where}")
+    run_host = host_kind((ev.get("environment") or {}).get("hardware"))
+    if run_host is None:
+        return Outcome(NA, "the run recorded no hardware: there is no host to judge a scaling report against")
+    rep_host = host_kind(rep.get("hardware"))
+    if rep_host != run_host:
+        return Outcome(
+            FAIL,
+            f"{where} was measured on a {rep_host or 'host it does not name'}, the run on a {run_host}: "
+            "a scaling curve speaks only for its own kind of host",
+        )
     parts = [
         f"{stage} {mode} x{pts[-1]['workers']}: {pts[-1]['efficiency']:.0%}"
         for stage in ("features", "train")
@@ -247,11 +111,16 @@ def check_scaling_report(ev: dict[str, Any]) -> Outcome:
     ]
     if len(parts) < 4:
         return Outcome(FAIL, f"{where} lacks strong and weak scaling for features and training ({parts})")
-    return Outcome(PASS, f"{where} ({rep.get('device', '?')}): " + "; ".join(parts))
+    return Outcome(PASS, f"{where} ({rep_host}, as the run): " + "; ".join(parts))
+
+
+def _simulated(ev: dict[str, Any]) -> bool:
+    return ((ev.get("run") or {}).get("tags") or {}).get("data_source", "simulated") == "simulated"
 
 
 def _environment_missing(ev: dict[str, Any], params: dict[str, Any], env: dict[str, Any]) -> list[str]:
-    missing = [k for k in ("workload.seed", "train.seed") if k not in params]
+    seeds = ("workload.seed", "train.seed") if _simulated(ev) else ("train.seed",)  # a network's own data: no simulator
+    missing = [k for k in seeds if k not in params]
     pk = env.get("packages") or {}
     needed = ("torch", "prefect", *(("pyspark",) if manifest(ev, "ingest") else ()))
     missing += [f"package {p}" for p in needed if p not in pk]
@@ -273,7 +142,8 @@ def check_seeds_environment(ev: dict[str, Any]) -> Outcome:
     gpus = ", ".join(g["name"] for g in hw.get("gpus") or []) or "no GPU"
     return Outcome(
         PASS,
-        f"seeds workload={params['workload.seed']} train={params['train.seed']}; python {env.get('python')}, "
+        f"seeds workload={params.get('workload.seed', 'n/a (own data)')} train={params['train.seed']}; "
+        f"python {env.get('python')}, "
         f"torch {env['packages']['torch']}, {gpus}, driver {hw.get('driver')}",
     )
 
@@ -374,7 +244,8 @@ CHECKS: tuple[Check, ...] = (
         "scaling_report_present",
         "Strong and weak scaling report present",
         "bench/results/scaling.json",
-        "Run `faultline bench scaling` (the benchmark flow) on the submission hardware.",
+        "Run `faultline bench scaling` (the benchmark flow) on the run's own kind of host (the same GPU model and "
+        "count, or the same CPU core count).",
         check_scaling_report,
     ),
     Check(

@@ -32,13 +32,21 @@ def rule_scores(df: pd.DataFrame) -> np.ndarray:
     return sum(w * df[c].to_numpy(np.float64) for c, w in RULE_WEIGHTS.items())
 
 
-def model_scores(model_path: Path, data_path: Path, ts: np.ndarray) -> np.ndarray:
-    """Scores [len(ts), E] of the trained model on the snapshots ``ts`` (CPU)."""
+def score_device(tree_device: str) -> str:
+    """Where the graph model scores: the GPU when asked for or usable (``auto``), else the CPU."""
+    if tree_device == "cpu":
+        return "cpu"
+    return "cuda" if tree_device == "cuda" or torch.cuda.is_available() else "cpu"
+
+
+def model_scores(model_path: Path, data_path: Path, ts: np.ndarray, device: str = "cpu") -> np.ndarray:
+    """Scores [len(ts), E] of the trained model on the snapshots ``ts``, on ``device`` (batches of 256 there)."""
     model, ck = load_model(model_path)
     d = np.load(data_path)
-    x = torch.from_numpy(d["X"])
-    adj = normalised_adjacency(d["indptr"], d["indices"], x.shape[1])
-    return score_snapshots(model, x, adj, ts, ck["window"]).numpy()
+    x = torch.from_numpy(d["X"]).to(device)
+    adj = normalised_adjacency(d["indptr"], d["indices"], x.shape[1]).to(device)
+    batch = 256 if device == "cuda" else 64
+    return score_snapshots(model.to(device), x, adj, ts, ck["window"], batch=batch).cpu().numpy()
 
 
 def _rows(features_dir: Path, names: list[str]) -> pd.DataFrame:
@@ -70,8 +78,8 @@ def evaluate(
     horizon_minutes: int = 60,
     raw: Path | None = None,
 ) -> dict[str, Any]:
-    """The held-out metrics of the model and its baselines (the rule, the tuned tree and, where ``raw`` holds the
-    simulator's hidden state, the oracles)."""
+    """The held-out metrics of the model and its baselines (the rule, the tuned tree and, when ``cfg.oracles`` asks
+    and ``raw`` holds the simulator's hidden state, the oracles)."""
     lap = Laps()  # seconds of each part, in the manifest: where evaluation's time goes
     d = np.load(data_path)
     times, test_t = d["times"], d["test_t"]
@@ -93,10 +101,10 @@ def evaluate(
     rows = df[span].reset_index(drop=True)
     scores = {"tree": tree.predict_proba(rows[names].to_numpy(np.float32))[:, 1]}
     lap("tree_predict")
-    hidden = read_hidden(raw) if raw else None
+    hidden = read_hidden(raw) if raw and cfg.oracles else None
     oracles = oracle_scores(hidden, topo, df, (train, val, span), seed, cfg.tree_device) if hidden else {}
     _ = oracles and lap("oracles")
-    grid = model_scores(model_path, data_path, ts)
+    grid = model_scores(model_path, data_path, ts, score_device(cfg.tree_device))
     scores = {"model": grid[t_idx[span] - ts[0], e_idx[span]], **scores, "rule": rule_scores(rows)}
     val_rows = (t_idx[span] < test_t[0] - horizon) & usable[span]  # validation, its last horizon purged
     stack = _stack(scores, rows["label"].to_numpy(), val_rows) if cfg.stack else None
@@ -263,11 +271,12 @@ def evaluate_stage(
     """Metrics and plots of the held-out window in ``out``, and the manifest body."""
     import json
 
+    topo = Topology.read(features_dir / "topology.json")
     ev = evaluate(
         features_dir / "features",
         train_dir / "data.npz",
         train_dir / "model.pt",
-        Topology.read(features_dir / "topology.json"),
+        topo,
         names,
         cfg,
         seed,
@@ -278,7 +287,9 @@ def evaluate_stage(
     results = {k: r["metrics"] for k, r in ev["results"].items()}
     (out / "metrics.json").write_text(json.dumps(results, indent=1))
     tree, weight = ev["served"]
-    served = write_served(out / "served", train_dir, names, tree, weight, served_metrics(results, weight))
+    served = write_served(
+        out / "served", train_dir, names, tree, weight, served_metrics(results, weight), network=topo.name
+    )
     return {
         "rows_in": ev["test_rows"],
         "rows_out": ev["test_rows"],

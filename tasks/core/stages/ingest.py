@@ -8,6 +8,7 @@ placed by their own timestamp, whatever file they arrived in.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,11 @@ def number_files(df) -> tuple[Any, Any]:
     later file by name has a higher number. A row finds its number by the URI's 64-bit hash in a map of the listed
     files' hashes (folded into a literal when the plan is optimized): one long compared per file, where comparing the
     URIs, which differ only near their ends, cost the 1 GB read about 5 of its 42 task-seconds on 2 cores
-    (bench/results/ingest-profile/s30*.json). Two listed files with one hash (odds of about n^2 / 2^65) fail the
+    (``bench/ingest_profile.py``). Two listed files with one hash (odds of about n^2 / 2^65) fail the
     stage on Spark's duplicate map key, never a silent mix-up; a row from a file missing from the listing the read
     was planned on fails it too, naming the file. The guard is a ``when``: the RAPIDS Accelerator evaluates a
     conditional's side-effecting branch only on the rows that take it, but every argument of a ``coalesce`` on the
-    whole batch (GpuCoalesce), which is how a ``coalesce`` guard failed every KPI batch on an H200 (session 30)."""
+    whole batch (GpuCoalesce), so a ``coalesce`` guard fails every KPI batch under the plugin."""
     from pyspark.sql import functions as F
 
     files = sorted(df.inputFiles())
@@ -58,10 +59,8 @@ def number_files(df) -> tuple[Any, Any]:
 
 def _file_numbers(df) -> tuple[Any, Any]:
     """:func:`number_files`, and the quarantine's ``_source_file`` column (the URI given back by the number), on the
-    CPU and with the RAPIDS Accelerator alike. The guard as first written (a coalesce) failed every plugin ingest on
-    an H200 (bench/results/h200/s30); the ``when`` guard runs on the GPU (bench/results/h100/s31/guard_probe.json),
-    and the plugin's lake, quarantine and GX results with the number are the CPU's, row for row
-    (bench/results/h100/s32/same_lake_2.json)."""
+    CPU and with the RAPIDS Accelerator alike: under the plugin the ``when`` guard runs on the GPU, and the lake,
+    quarantine and GX results with the number are the CPU's, row for row (``bench/device/same_lake.py``)."""
     from pyspark.sql import functions as F
 
     df, uris = number_files(df)
@@ -123,9 +122,12 @@ def _parquet_facts(path: Path) -> dict[str, Any]:
     groups = [pq.ParquetFile(f).metadata for f in files]
     rg_bytes = [m.row_group(i).total_byte_size for m in groups for i in range(m.num_row_groups)]
     full = [m.row_group(i).total_byte_size for m in groups for i in range(m.num_row_groups - 1)]
+    sizes = sorted(f.stat().st_size for f in files)
     return {
         "files": len(files),
-        "bytes": sum(f.stat().st_size for f in files),
+        "partitions": len({f.parent for f in files}),  # the lake's date=... directories that hold a file
+        "bytes": sum(sizes),
+        "median_file_bytes": sizes[len(sizes) // 2] if sizes else 0,
         "row_groups": len(rg_bytes),
         "max_row_group_bytes": max(rg_bytes, default=0),
         "full_row_group_bytes": full,  # every row group but each file's last (which holds the remainder)
@@ -154,8 +156,7 @@ def by_day(df, span: tuple[datetime, datetime], partitions: int, gpu: bool = Fal
     task, and a host with more cores than days still has a task per core (hashing by day alone left 14 days in 4
     lopsided tasks, and 16 cores could never run more than one task a day). A row outside ``span`` (the window rule
     quarantines it) or without a day goes where its slot falls, with every copy of its key. The lake gets a file per
-    bucket and day. With the RAPIDS Accelerator (``gpu``): hashed by day, the plan checked on the GPU
-    (bench/results/h100)."""
+    bucket and day. With the RAPIDS Accelerator (``gpu``): hashed by day, the plan the plugin places on the GPU."""
     from pyspark.sql import functions as F
 
     if gpu:
@@ -289,7 +290,7 @@ def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[s
             (layout.start, layout.end),
         ),
     }
-    (out / "topology.json").write_bytes(layout.topology_file.read_bytes())
+    (out / "topology.json").write_text(json.dumps(topo.to_json()))  # whatever format it came in, JSON downstream
     return {
         "sources": sources,
         "rows_in": sum(s["rows_in"] for s in sources.values()),

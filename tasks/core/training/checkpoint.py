@@ -67,3 +67,17 @@ def load_latest(ckpt_dir: Path, fingerprint: str, warn=print) -> tuple[Path, dic
         except Exception as exc:  # torch raises several kinds for a truncated or corrupt file
             warn(f"checkpoint {path} is damaged ({type(exc).__name__}: {str(exc)[:120]}); using the one before it")
     return None
+
+
+def weights_digest(model_path: Path) -> str:
+    """SHA-256 of a saved model's weights alone (each tensor's name, dtype, shape and bytes, in name order): what
+    the model computes, not when it was saved. A stage scoring the model keys its output by this."""
+    import hashlib
+
+    record = torch.load(model_path, map_location="cpu", weights_only=False)
+    digest = hashlib.sha256()
+    for name, tensor in sorted(record["model"].items()):
+        t = tensor.detach().contiguous().cpu()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}:".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()

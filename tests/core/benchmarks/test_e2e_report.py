@@ -60,3 +60,15 @@ def test_cpu_path_leaves_the_gpu_out_of_every_stage(monkeypatch):
     assert cpu_until(cfg) == "train"
     monkeypatch.setattr(baselines, "tree_device", lambda requested="auto": "cuda")
     assert cpu_until(cfg) == "evaluate"
+
+
+def test_cpu_training_is_timed_over_two_epochs_and_the_first_is_warm_up():
+    from tasks.core.benchmarks.e2e import _train_seconds, cpu_train_epochs
+
+    assert cpu_train_epochs(load_config("gpu", ["train.epochs=10"])) == 2
+    assert cpu_train_epochs(load_config("gpu", ["train.epochs=40"])) == 4
+    assert cpu_train_epochs(load_config("gpu", ["train.epochs=1"])) == 1
+    history = [{"t_start": 0.0, "t_end": 30.0}, {"t_start": 30.0, "t_end": 50.0}]  # warm-up 30 s, then 20 s
+    seconds, extra = _train_seconds({"seconds": 60.0, "history": history}, 10)
+    assert seconds == pytest.approx(60.0 + 8 * 20.0) and extra["epoch_s"] == 20.0 and extra["fixed_s"] == 10.0
+    assert extra["first_epoch_s"] == 30.0 and extra["epochs_timed"] == 2

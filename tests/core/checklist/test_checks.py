@@ -20,7 +20,8 @@ SPARK = {
     "spark.driver.extraJavaOptions": "-XX:MaxDirectMemorySize=2048m",
 }
 SCALING = {
-    "device": "cpu",
+    "device": "2-core CPU",
+    "hardware": {"cpu_count": 2, "gpus": []},
     **{
         stage: {
             mode: {"points": [{"workers": 1, "efficiency": 1.0}, {"workers": 2, "efficiency": 0.9}]}
@@ -29,6 +30,8 @@ SCALING = {
         for stage in ("features", "train")
     },
 }
+
+LAKE_FILES = {"files": 3, "partitions": 3, "bytes": 3 * 2**20, "median_file_bytes": 2**20}  # a file per day
 
 
 def cpu_run() -> dict:
@@ -57,7 +60,7 @@ def cpu_run() -> dict:
         "environment": {
             "python": "3.11.7",
             "packages": {"torch": "2.13.0", "prefect": "3.9.1", "pyspark": "4.2.0"},
-            "hardware": {"gpus": [], "driver": None},
+            "hardware": {"cpu_count": 2, "gpus": [], "driver": None},
         },
         "manifests": {
             "validate": {
@@ -71,7 +74,9 @@ def cpu_run() -> dict:
                 "rows_quarantined": 1,
                 "spark_conf": dict(SPARK),
                 "parquet_block_size_bytes": 256 * 2**20,
-                "sources": {"kpi": {"parquet": {"full_row_group_bytes": [], "max_row_group_bytes": 2**20}}},
+                "sources": {
+                    "kpi": {"parquet": {**LAKE_FILES, "full_row_group_bytes": [], "max_row_group_bytes": 2**20}}
+                },
             },
             "train": {"device": "cpu", "kernel_timeline": {}, "gpu_utilization": {"available": False}},
         },
@@ -105,6 +110,7 @@ def gpu_run() -> dict:
         },
     }
     ev["environment"]["hardware"] = {"gpus": [{"index": 0, "name": "NVIDIA H200", "memory_gb": 139.8}], "driver": "580"}
+    ev["scaling"]["hardware"] = copy.deepcopy(ev["environment"]["hardware"])  # measured on the same kind of host
     ev["manifests"]["ingest"]["spark_conf"]["spark.executor.memory"] = "173834m"  # 139.8 x 1.2 + 2 GB
     return ev
 
@@ -259,6 +265,20 @@ def test_parquet_row_groups():
     assert result(ev, "parquet_row_groups")["status"] == WARN
 
 
+def test_parquet_row_groups_judges_the_files_written():
+    ev = cpu_run()
+    assert "no file could be larger" in result(ev, "parquet_row_groups")["evidence"]  # a whole day per file
+    facts = ev["manifests"]["ingest"]["sources"]["kpi"]["parquet"]
+    facts.update(files=42, partitions=14, bytes=290 * 2**20, median_file_bytes=int(6.9 * 2**20))  # 3 files a day
+    r = result(ev, "parquet_row_groups")
+    assert r["status"] == WARN and "42 files in 14 date directories" in r["evidence"]
+    assert "14 files would hold it" in r["evidence"]
+    facts.update(files=2, partitions=1, bytes=400 * 2**20)  # one day over the target: two files are needed
+    assert result(ev, "parquet_row_groups")["status"] == PASS
+    del facts["partitions"]  # a manifest that does not describe its files cannot pass on configuration alone
+    assert result(ev, "parquet_row_groups")["status"] == WARN
+
+
 def test_scaling_report_present():
     ev = cpu_run()
     ev["scaling"] = None
@@ -266,6 +286,20 @@ def test_scaling_report_present():
     ev = cpu_run()
     del ev["scaling"]["train"]
     broken(ev, "scaling_report_present", "faultline bench scaling")
+
+
+def test_scaling_report_must_come_from_the_runs_kind_of_host():
+    assert result(cpu_run(), "scaling_report_present")["status"] == PASS
+    assert result(gpu_run(), "scaling_report_present")["status"] == PASS
+    ev = gpu_run()
+    ev["scaling"]["hardware"] = {"cpu_count": 2, "gpus": []}  # the committed 2-core report beside a GPU run
+    r = broken(ev, "scaling_report_present", "own kind of host")
+    assert "2-core CPU" in r["evidence"] and "1x NVIDIA H200" in r["evidence"]
+    ev = cpu_run()
+    ev["environment"]["hardware"]["cpu_count"] = 16
+    broken(ev, "scaling_report_present", "own kind of host")
+    ev["environment"].pop("hardware")
+    assert result(ev, "scaling_report_present")["status"] == NA
 
 
 def test_seeds_and_environment_recorded():

@@ -72,7 +72,7 @@ def test_load_model_reads_what_the_worker_writes(tmp_path):
 
 
 def test_a_damaged_newest_checkpoint_is_named_and_skipped(tmp_path):
-    """Issue 17 item 7: a truncated newest checkpoint (its marker written) falls back to the one before it."""
+    """A truncated newest checkpoint (its marker written) falls back to the one before it."""
     from tasks.core.training.checkpoint import load_latest
 
     model = FaultGNN(5, hidden=8, layers=1)
@@ -184,3 +184,22 @@ def test_the_hazard_head_gives_the_label_from_its_first_steps_and_a_survival_los
     ls = torch.nn.functional.logsigmoid
     want = [-(ls(-z[0, 0, 0]) + ls(z[0, 0, 1])), -(ls(-z[1, 0, :2]).sum()), -(ls(-z[2, 0]).sum())]
     torch.testing.assert_close(got, torch.stack(want))
+
+
+def test_weights_digest_follows_the_weights_not_the_save(tmp_path):
+    """The evaluate stage's key: the same weights saved twice (another time, another record) share a digest;
+    one changed weight does not."""
+    import time
+
+    from tasks.core.training.checkpoint import weights_digest
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 3)
+    torch.save({"model": layer.state_dict(), "config": {"a": 1}, "saved_at": time.time()}, tmp_path / "a.pt")
+    time.sleep(0.01)
+    torch.save({"model": layer.state_dict(), "config": {"a": 1}, "saved_at": time.time()}, tmp_path / "b.pt")
+    assert weights_digest(tmp_path / "a.pt") == weights_digest(tmp_path / "b.pt")
+    with torch.no_grad():
+        layer.weight[0, 0] += 1e-6
+    torch.save({"model": layer.state_dict(), "config": {"a": 1}}, tmp_path / "c.pt")
+    assert weights_digest(tmp_path / "c.pt") != weights_digest(tmp_path / "a.pt")
