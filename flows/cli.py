@@ -260,7 +260,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from flows.benchmark import benchmark
     from tasks.core.config import load_config
     from tasks.core.errors import ConfigError
-
     from tasks.core.secrets import refuse_literal_secrets
 
     overrides = _bench_overrides(args)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .secrets import resolve
+from .secrets import redact_text, resolve
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
@@ -29,7 +29,10 @@ SPOOL = "tracking-spool"  # under the store: journals of calls made while the se
 
 def tracking_uri(configured: str | None, root: Path) -> str:
     if configured:  # credentials: ${env:...} placeholders, or MLflow's MLFLOW_TRACKING_USERNAME / _PASSWORD
-        return resolve(configured, "mlflow.tracking_uri")
+        uri = resolve(configured, "mlflow.tracking_uri")
+        if redact_text(uri) != uri:  # MLflow's own "View run at <uri>" lines would print the password
+            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+        return uri
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{root / 'mlflow.db'}"

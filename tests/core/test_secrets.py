@@ -52,8 +52,13 @@ def test_placeholders_are_kept_in_records_and_resolved_where_used(monkeypatch):
 
 def test_tracking_uri_credentials_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FAULTLINE_TEST_MLFLOW_PW", SECRET)
+    monkeypatch.delenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", raising=False)
     uri = tracking_uri("https://alice:${env:FAULTLINE_TEST_MLFLOW_PW}@mlflow.example", tmp_path)
     assert uri == f"https://alice:{SECRET}@mlflow.example" and SECRET not in redact_text(uri)
+    # MLflow prints "View run ... at: <tracking uri>/#/..." when a run ends: off where the URI holds a password
+    from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
+
+    assert MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.get() is True
 
 
 @pytest.mark.parametrize(

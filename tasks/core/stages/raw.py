@@ -161,17 +161,20 @@ def _parses(kind: str, value: str) -> bool:
         return False
 
 
-def _check_columns(path: Path, rows: list[dict], columns) -> None:
+def _check_columns(path: Path, rows: list[dict], columns, lines: list[int] | None = None) -> None:
+    """A column whose sampled values are mostly not of its type rejects the file, naming the first bad line
+    (``lines``: each row's line number) and the expected format."""
+    lines = lines or list(range(2, len(rows) + 2))
     for col in columns:
-        values = [r.get(col.name) for r in rows if r.get(col.name) not in (None, "")]
+        values = [(n, r.get(col.name)) for n, r in zip(lines, rows) if r.get(col.name) not in (None, "")]
         if col.kind == "string" or not values:
             continue
-        bad = [v for v in values if not _parses(col.kind, str(v))]
+        bad = [(n, v) for n, v in values if not _parses(col.kind, str(v))]
         if len(bad) > 0.5 * len(values):
             what = "ISO-8601 with a zone (Z, +02:00, +0200 or +02)" if col.kind == "timestamp" else col.kind
             raise DataRejected(
-                f"{path}: column '{col.name}' has the wrong type: {len(bad)} of the first {len(values)} values "
-                f"are not {what} (e.g. {bad[0]!r})",
+                f"{path}: line {bad[0][0]}: column '{col.name}' is {bad[0][1]!r}, expected {what} "
+                f"({len(bad)} of the first {len(values)} values are not)",
                 file=str(path),
                 column=col.name,
                 expected=col.kind,
@@ -206,18 +209,19 @@ def _check_kpi_rows(path: Path) -> None:
                 column=(missing or extra or [None])[0],
                 expected=",".join(KPI_NAMES),
             )
-        sample, data_rows = [], 0
+        sample, lines, data_rows = [], [], 0
         for row in reader:
             data_rows += 1
             if data_rows > SAMPLE_LINES:
                 break
             if len(row) == len(header):
                 sample.append(dict(zip(header, row)))
+                lines.append(reader.line_num)
     if data_rows == 0:
         raise DataRejected(f"{path}: no KPI rows after the header (empty export)", file=str(path))
     if not sample:
         raise DataRejected(f"{path}: no parsable KPI rows in the first {SAMPLE_LINES} lines", file=str(path))
-    _check_columns(path, sample, KPI_COLUMNS)
+    _check_columns(path, sample, KPI_COLUMNS, lines)
 
 
 def check_alarm_file(path: Path) -> None:

@@ -47,7 +47,25 @@ def test_wrong_type_across_a_column(raw):
     lines = p.read_text().splitlines()
     out = [lines[0]] + [",".join(f[:2] + ["high"] + f[3:]) for f in (line.split(",") for line in lines[1:])]
     p.write_text("\n".join(out) + "\n")
-    with pytest.raises(DataRejected, match=r"column 'cpu_util' has the wrong type.*not double.*'high'") as e:
+    with pytest.raises(DataRejected, match=r"kpi_2026-01-05.csv: line 2: column 'cpu_util' is 'high', expected double"):
+        check_files(discover(raw))
+
+
+def test_timestamps_as_exports_write_them(raw):
+    """Extended and basic offsets and Z pass (Spark reads all three); a zone-less format is refused at its first
+    line with the file, the line and the format expected, before any engine."""
+    p = _kpi(raw)
+    lines = p.read_text().splitlines()
+    body = [line.replace("Z,", "+0200,", 1) if i % 3 == 0 else line.replace("Z,", "+02,", 1) for i, line in
+            enumerate(lines[1:])]  # fmt: skip
+    p.write_text("\n".join([lines[0], *body]) + "\n")
+    check_files(discover(raw))
+    p.write_text("\n".join([lines[0], *(line.replace("Z,", ",", 1).replace("T", " ", 1) for line in lines[1:])]))
+    with pytest.raises(
+        DataRejected,
+        match=r"line 2: column 'timestamp' is '2026-01-05 00:00:00', expected ISO-8601 with a zone "
+        r"\(Z, \+02:00, \+0200 or \+02\)",
+    ) as e:
         check_files(discover(raw))
     assert e.value.file.endswith("kpi_2026-01-05.csv")
 
