@@ -27,7 +27,7 @@ def test_pipeline_runs_every_stage(first_run):
     ing = summary["stages"]["ingest"]
     assert ing["rows_in"] == ing["rows_out"] + ing["rows_quarantined"] and ing["rows_quarantined"] > 0
     timings = json.loads(Path(summary["stages"]["evaluate"]["output"], "_manifest.json").read_text())["timings_s"]
-    assert set(timings) == {"read_rows", "tree_fit", "tree_predict", "model_scores", "metrics"}
+    assert set(timings) == {"read_rows", "tree_fit", "tree_predict", "model_scores", "metrics", "plots", "served"}
     assert all(v >= 0 for v in timings.values())
     m = summary["metrics"]
     assert 0 <= m["pr_auc"] <= 1 and 0 <= m["baseline_pr_auc"] <= 1 and "recall_at_p90" in m

@@ -48,7 +48,7 @@ def write_served(
         "tree_iterations": int(tree.n_iter_) if tree_weight > 0 else 0,
         "features": list(names),
         "network": network,
-        "elements": int(d["X"].shape[1]),
+        "elements": len(d["indptr"]) - 1,  # not X's shape: reading it would load the whole [T, E, F] tensor
         "metrics": {k: float(v) for k, v in metrics.items()},
     }
     if tree_weight > 0:

@@ -126,3 +126,11 @@ def test_the_stack_weight_is_chosen_on_validation_alone():
     assert stack_scores(signal, noise, flipped, val)[1] == pick
     s, none = stack_scores(signal, noise, y, np.zeros(4000, bool))  # nothing to choose on: the tree alone
     assert none["tree_weight"] == 1.0 and np.array_equal(s, noise)
+
+
+def test_curves_are_thinned_for_plots_with_both_ends_kept():
+    from tasks.core.stages.evaluate import thin
+
+    idx = thin(3_700_000)
+    assert len(idx) == 2000 and idx[0] == 0 and idx[-1] == 3_699_999 and (np.diff(idx) > 0).all()
+    assert thin(5).tolist() == [0, 1, 2, 3, 4] and len(thin(0)) == 0
