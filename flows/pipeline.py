@@ -111,8 +111,7 @@ def fault_prediction_pipeline(
     """
     refuse_literal_secrets(overrides, "overrides")  # a run started from the UI or the API: refused, not recorded
     cfg = load_config(profile, run_overrides(topology, days, overrides))
-    plan = stage_plan(start_from, until, lake)
-    root = store_root(cfg.paths.root)
+    plan, root = stage_plan(start_from, until, lake), store_root(cfg.paths.root)
     rt = resolve_runtime(cfg, root)
     run_dir = root / "runs" / str(flow_run.get_id() or "local")
     data = data_identity(cfg, raw)  # the preflight of a raw directory: a bad one is refused before anything starts

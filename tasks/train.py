@@ -67,6 +67,7 @@ def train_task(
             tmp,
             _progress(cfg.epochs),
             node_metrics,
+            warn=lambda m: logger().warning(m),  # the run's Prefect log, shown by the CLI too
         ),
         key=key,
         force=force,

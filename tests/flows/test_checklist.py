@@ -44,7 +44,10 @@ def test_real_cpu_run_passes_with_gpu_checks_not_applicable(evidence):
         "executor_memory_rule",
     ):
         assert status[gpu_check] == rep.NA, gpu_check
-    assert all(c["remedy"] == "" for c in report["checks"])
+    # the local lake splits each day into a file per shuffle bucket: measured and said (a warning), not hidden
+    rows = next(c for c in report["checks"] if c["id"] == "parquet_row_groups")
+    assert rows["status"] in (rep.PASS, rep.WARN) and "date directories" in rows["evidence"], rows
+    assert all(c["remedy"] == "" for c in report["checks"] if c["id"] != "parquet_row_groups"), report["checks"]
 
 
 def test_nccl_pairwise_probe_builds_a_matrix_over_gloo():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tasks.core.runs import Heartbeat, dead_runs, mark_crashed
-from tests.helpers import REPO, SMALL, faultline, last_json
+from tests.helpers import REPO, SHARED_PREFECT, SMALL, faultline, last_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
 
@@ -47,7 +47,7 @@ def test_a_dead_heartbeat_is_found_and_marked(tmp_path):
 
 def test_sigkill_mid_training_then_rerun_resumes(tmp_path):
     args = ["run", *SMALL, "--set", "train.epochs=6", "--set", f"paths.root={tmp_path}", "--json"]
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": SHARED_PREFECT.start()}
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", *args],
         cwd=REPO,
@@ -66,6 +66,8 @@ def test_sigkill_mid_training_then_rerun_resumes(tmp_path):
     (killed_hb,) = (tmp_path / "store" / "runs").glob("*/heartbeat.json")
     assert json.loads(killed_hb.read_text())["status"] == "running"  # nobody told it
     assert not list((tmp_path / "store" / "train").glob("*/_manifest.json"))  # nothing half-published
+    newest = sorted(ckpts.glob("*/epoch_*.done"))[-1].with_suffix(".pt")
+    newest.write_bytes(newest.read_bytes()[:100])  # damaged: the rerun must skip it and say so where users read
 
     again = faultline(*args, root=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -81,12 +83,13 @@ def test_sigkill_mid_training_then_rerun_resumes(tmp_path):
     assert crash["flow_run_id"] == killed_hb.parent.name and crash["prefect_state"] == "CRASHED"
     assert crash["mlflow_status"] == "KILLED" and json.loads(killed_hb.read_text())["status"] == "crashed"
     manifest = json.loads(Path(s["stages"]["train"]["output"], "_manifest.json").read_text())
-    assert manifest["resumed_from_epoch"] >= 1 and len(manifest["history"]) == 6
+    assert manifest["resumed_from_epoch"] == int(newest.stem.split("_")[1]) - 1 and len(manifest["history"]) == 6
+    assert f"checkpoint {newest} is damaged" in again.stdout + again.stderr  # the CLI's output, not only train.log
 
 
 def test_two_runs_with_different_parameters_at_once(tmp_path):
     def start(days: int, home: str) -> subprocess.Popen:
-        env = {**os.environ, "PREFECT_HOME": str(tmp_path / home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        env = {**os.environ, "PREFECT_HOME": str(tmp_path / home), "PREFECT_API_URL": SHARED_PREFECT.start()}
         cmd = [
             sys.executable,
             "-m",

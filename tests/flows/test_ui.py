@@ -295,7 +295,12 @@ def test_a_rerun_shows_its_stages_as_cached_and_keeps_one_model_version(stack):
             page.screenshot(path=str(shots_dir(stack) / "5-rerun-cached.png"), full_page=True)
         finally:
             browser.close()
-    model = "faultline-fault-topozoo-abilene"
+    from tasks.core.config import load_config
+    from tasks.tracking import registered_name
+
+    workload = load_config("local").workload  # the form's run: the profile's network, one model per network
+    model = registered_name("faultline-fault", workload.topology)
+    assert model == "faultline-fault-topozoo-geant2012"
     status, body = _get(f"{stack.mlflow_url}/api/2.0/mlflow/model-versions/search?filter=name%3D%27{model}%27")
     versions = json.loads(body).get("model_versions", [])
     assert status == 200 and len(versions) == 1, [(v["version"], v["run_id"]) for v in versions]

@@ -17,6 +17,7 @@ from typing import Any
 
 from tasks.core.config import TrainConfig
 from tasks.core.ports import free_port
+from tasks.core.training.spec import NodeMetrics, TrainingSpec
 
 
 class TrainingStalled(RuntimeError):
@@ -41,25 +42,23 @@ def training_spec(
     threads_per_rank: int = 1,
     profile_steps: int = 5,
     node_metrics: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What every rank reads from ``spec.json``: engine, device, the train section, where data and
-    checkpoints live, the data fingerprint checkpoints must match, and the process that owns the ranks.
-    ``node_metrics`` (``run_id``, ``interval_s``, ``flow_host``): each other host's local rank 0 runs MLflow's
-    SystemMetricsMonitor on that run under its host name (the tracking URI travels in the environment, never
-    in this file)."""
-    return {
-        "node_metrics": node_metrics,
-        "engine": engine,
-        "device": device,
-        "train": {**cfg.model_dump(mode="json"), "engine": engine},
-        "data": str(data),
-        "checkpoints": str(checkpoints),
-        "out": str(out),
-        "fingerprint": fingerprint,
-        "threads_per_rank": threads_per_rank,
-        "profile_steps": profile_steps,
-        "owner_pid": os.getpid(),  # the ranks end themselves when this process is gone (no orphans)
-    }
+) -> TrainingSpec:
+    """What every rank reads from ``spec.json`` (:class:`TrainingSpec`); ``node_metrics`` (``run_id``,
+    ``interval_s``, ``flow_host``): each other host's local rank 0 runs MLflow's SystemMetricsMonitor on that
+    run under its host name."""
+    return TrainingSpec(
+        engine=engine,
+        device=device,
+        train=cfg.model_copy(update={"engine": engine}),
+        data=Path(data),
+        checkpoints=Path(checkpoints),
+        out=Path(out),
+        fingerprint=fingerprint,
+        threads_per_rank=threads_per_rank,
+        profile_steps=profile_steps,
+        owner_pid=os.getpid(),  # the ranks end themselves when this process is gone (no orphans)
+        node_metrics=NodeMetrics(**node_metrics) if node_metrics else None,
+    )
 
 
 def launch_command(cfg: TrainConfig, spec_path: Path, network_interface: str = "lo") -> list[str]:
@@ -112,7 +111,7 @@ def _pdeathsig():
 
 
 def launch_training(
-    spec: dict[str, Any],
+    spec: TrainingSpec,
     cfg: TrainConfig,
     work: Path,
     env: dict[str, str],
@@ -120,7 +119,7 @@ def launch_training(
 ) -> dict[str, Any]:
     """Run the ranks; kill them all and raise if the heartbeat stops for ``stall_timeout_s``."""
     spec_path = work / "spec.json"
-    spec_path.write_text(json.dumps(spec))
+    spec.write(spec_path)
     cmd = launch_command(cfg, spec_path, cfg.network_interface)
     log_path = work / "train.log"
     project = str(Path(__file__).resolve().parents[3])
@@ -128,7 +127,7 @@ def launch_training(
         **os.environ,
         **env,
         "PYTHONPATH": project + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "OMP_NUM_THREADS": str(spec.get("threads_per_rank", 1)),
+        "OMP_NUM_THREADS": str(spec.threads_per_rank),
     }
     beat = work / "heartbeat.json"
     beat.unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,7 @@ def train_stage(
     out: Path,
     progress: Callable[[dict], None] | None = None,
     node_metrics: dict[str, Any] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train in ``out`` (model.pt, history.json, train.log, data.npz, trace.json, GPU samples); resumes from the
     newest complete checkpoint in ``checkpoints`` whose data fingerprint matches. Returns the manifest body.
@@ -70,18 +72,10 @@ def train_stage(
                            None, cfg.graph, cfg.seed, horizon)  # fmt: skip
     data["tensor_build_s"] = round(time.perf_counter() - started, 2)  # host side, before any rank starts
     nodes, env = _node_metrics(node_metrics, rt.launcher_env)
-    spec = training_spec(
-        cfg.engine,
-        rt.device,
-        cfg,
-        out / "data.npz",
-        checkpoints,
-        out,
-        fingerprint,
-        rt.threads_per_rank,
-        node_metrics=nodes,
-    )
-    prior = load_latest(checkpoints, fingerprint, lambda m: None)  # a retried or rerun task resumes from here
+    spec = training_spec(cfg.engine, rt.device, cfg, out / "data.npz", checkpoints, out, fingerprint,
+                         rt.threads_per_rank, node_metrics=nodes)  # fmt: skip
+    # a retried or rerun task resumes from here; a damaged checkpoint is said in the CLI's and Prefect's log too
+    prior = load_latest(checkpoints, fingerprint, warn or logging.getLogger("faultline.train").warning)
     resumed = prior[1]["epoch"] if prior else None
     with UtilizationSampler(out / "gpu_utilization.csv") as sampler:
         run = launch_training(spec, cfg, out, env, progress)

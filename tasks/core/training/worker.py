@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tasks.core.config import TrainConfig
 from tasks.core.metrics import pr_auc
 from tasks.core.store import write_json_atomic
 from tasks.core.training.checkpoint import load_latest, save_checkpoint
 from tasks.core.training.comm import make_comm
 from tasks.core.training.model import FaultGNN, hazard_loss, normalised_adjacency, score_snapshots, windows_at
 from tasks.core.training.profiling import StepProfiler, StepTimer
+from tasks.core.training.spec import TrainingSpec
 
 
 def watch_owner(pid: int | None, every: float = 1.0) -> None:
@@ -49,13 +52,13 @@ def watch_owner(pid: int | None, every: float = 1.0) -> None:
     threading.Thread(target=run, daemon=True, name="owner-watch").start()
 
 
-def pick_device(spec: dict, local_rank: int) -> torch.device:
-    if spec["device"] == "cuda":
+def pick_device(spec: TrainingSpec, local_rank: int) -> torch.device:
+    if spec.device == "cuda":
         torch.cuda.set_device(local_rank)  # [dist] pin this process to its GPU by local rank
         # the guide's fix for allocator fragmentation OOMs: cap this process's share of the GPU
-        torch.cuda.set_per_process_memory_fraction(spec["train"]["memory_fraction"], local_rank)
+        torch.cuda.set_per_process_memory_fraction(spec.train.memory_fraction, local_rank)
         return torch.device("cuda", local_rank)
-    torch.set_num_threads(max(1, int(spec.get("threads_per_rank", 1))))
+    torch.set_num_threads(max(1, int(spec.threads_per_rank)))
     return torch.device("cpu")
 
 
@@ -95,6 +98,25 @@ class Data:
 
 
 @dataclass
+class RunState:
+    """One rank's training: the train section, the communicator, the tensors, the model (and its wrapped form),
+    the optimizer and schedule, this rank's share of the snapshots and steps, and the heartbeat."""
+
+    cfg: TrainConfig
+    comm: Any
+    data: Data
+    model: FaultGNN
+    net: Any
+    optimizer: Any
+    scheduler: Any
+    per_rank: int
+    steps: int
+    bf16: bool
+    hazard: bool
+    beat: Callable[[int, int, int], None]
+
+
+@dataclass
 class State:
     """What a checkpoint restores: the epoch to start at, the history so far and the best epoch (rank 0)."""
 
@@ -103,10 +125,10 @@ class State:
     best: dict | None = None
 
 
-def resume(comm, spec: dict, model, optimizer, scheduler) -> State:
+def resume(comm, spec: TrainingSpec, model, optimizer, scheduler) -> State:
     state = State()
     if comm.rank == 0:  # [dist] only rank 0 reads checkpoints; the state reaches others by broadcast
-        found = load_latest(Path(spec["checkpoints"]), spec["fingerprint"], lambda m: print(m, flush=True))
+        found = load_latest(Path(spec.checkpoints), spec.fingerprint, lambda m: print(m, flush=True))
         if found is not None:
             ck = found[1]
             model.load_state_dict(ck["model"])
@@ -123,11 +145,11 @@ def resume(comm, spec: dict, model, optimizer, scheduler) -> State:
     return state
 
 
-def train_epoch(epoch: int, run: dict, timer: StepTimer, profiler: StepProfiler | None) -> tuple[float, float]:
+def train_epoch(epoch: int, run: RunState, timer: StepTimer, profiler: StepProfiler | None) -> tuple[float, float]:
     """One epoch of this rank's shard; returns (sum of losses, wall-clock start)."""
-    cfg, comm, data, net, optimizer = run["cfg"], run["comm"], run["data"], run["net"], run["optimizer"]
-    order = np.random.default_rng(cfg["seed"] * 1009 + epoch).permutation(data.train_t)
-    per_rank, batch, steps = run["per_rank"], cfg["batch_size"], run["steps"]
+    cfg, comm, data, net, optimizer = run.cfg, run.comm, run.data, run.net, run.optimizer
+    order = np.random.default_rng(cfg.seed * 1009 + epoch).permutation(data.train_t)
+    per_rank, batch, steps = run.per_rank, cfg.batch_size, run.steps
     # [dist] each rank trains on its own shard; the indices go to the device once per epoch
     shard = torch.as_tensor(order[comm.rank * per_rank : (comm.rank + 1) * per_rank], device=data.x.device)
     loss_sum = torch.zeros((), device=data.x.device)
@@ -135,11 +157,11 @@ def train_epoch(epoch: int, run: dict, timer: StepTimer, profiler: StepProfiler 
     for step in range(steps):
         timer.mark(0)
         tb = shard[step * batch : (step + 1) * batch]
-        xb, yb, mb = windows_at(data.x, tb, cfg["window"]), data.y[tb], data.mask[tb]  # gathered on the device
+        xb, yb, mb = windows_at(data.x, tb, cfg.window), data.y[tb], data.mask[tb]  # gathered on the device
         timer.mark(1)
-        with torch.autocast(data.x.device.type, dtype=torch.bfloat16, enabled=run["bf16"]):
-            logits = net(xb, data.adj, hazard=run["hazard"])
-        loss = (cell_loss(logits, tb, yb, data, run["hazard"]) * mb).sum() / mb.sum().clamp_min(1.0)
+        with torch.autocast(data.x.device.type, dtype=torch.bfloat16, enabled=run.bf16):
+            logits = net(xb, data.adj, hazard=run.hazard)
+        loss = (cell_loss(logits, tb, yb, data, run.hazard) * mb).sum() / mb.sum().clamp_min(1.0)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -147,7 +169,7 @@ def train_epoch(epoch: int, run: dict, timer: StepTimer, profiler: StepProfiler 
         timer.mark(2)
         if profiler is not None:
             profiler.step()
-        run["beat"](epoch, step, steps)
+        run.beat(epoch, step, steps)
     return float(loss_sum), started
 
 
@@ -159,11 +181,9 @@ def cell_loss(logits: torch.Tensor, tb: torch.Tensor, yb: torch.Tensor, data: Da
     return hazard_loss(logits, data.ttf[tb], remaining)
 
 
-def validate(run: dict, row: dict) -> None:
-    data, model = run["data"], run["model"]
-    s = score_snapshots(
-        model, data.x, data.adj, data.val_t, run["cfg"]["window"], run["cfg"]["batch_size"], run["bf16"]
-    )
+def validate(run: RunState, row: dict) -> None:
+    data, model = run.data, run.model
+    s = score_snapshots(model, data.x, data.adj, data.val_t, run.cfg.window, run.cfg.batch_size, run.bf16)
     vt = torch.as_tensor(data.val_t, device=data.x.device)
     m = data.mask[vt].bool()
     row["val_pr_auc"] = pr_auc(data.y[vt][m].cpu().numpy(), s[m].cpu().numpy())
@@ -179,22 +199,22 @@ def keep_best(state: State, row: dict, model) -> None:
         }
 
 
-def checkpoint(spec: dict, epoch: int, run: dict, state: State) -> None:
-    cfg = run["cfg"]
-    if (epoch + 1) % cfg["checkpoint_every"] == 0 or epoch == cfg["epochs"] - 1:
+def checkpoint(spec: TrainingSpec, epoch: int, run: RunState, state: State) -> None:
+    cfg = run.cfg
+    if (epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1:
         save_checkpoint(
-            Path(spec["checkpoints"]),
+            Path(spec.checkpoints),
             epoch,
             {
-                "model": run["model"].state_dict(),
-                "optimizer": run["optimizer"].state_dict(),
-                "scheduler": run["scheduler"].state_dict(),
+                "model": run.model.state_dict(),
+                "optimizer": run.optimizer.state_dict(),
+                "scheduler": run.scheduler.state_dict(),
                 "torch_rng": torch.get_rng_state(),
                 "numpy_rng": np.random.get_state(),
                 "history": state.history,
                 "best": state.best,
             },
-            spec["fingerprint"],
+            spec.fingerprint,
         )
 
 
@@ -211,70 +231,70 @@ def heartbeat(path: Path, epochs: int, rank: int):
     return beat
 
 
-def setup(spec: dict) -> dict:
-    cfg = spec["train"]
-    comm = make_comm(spec["engine"], spec["device"])
+def setup(spec: TrainingSpec) -> RunState:
+    cfg = spec.train
+    comm = make_comm(spec.engine, spec.device)
     device = pick_device(spec, comm.local_rank)
-    torch.manual_seed(cfg["seed"])
-    np.random.seed(cfg["seed"])
-    data = Data.load(spec["data"], device, cfg.get("pos_weight"))
-    hazard = int(cfg.get("hazard_steps", 0))
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    data = Data.load(spec.data, device, cfg.pos_weight)
+    hazard = int(cfg.hazard_steps)
     if hazard and data.ttf is None:
-        raise ValueError(f"{spec['data']}: train.hazard_steps={hazard} needs the steps to onset (ttf), not in it")
+        raise ValueError(f"{spec.data}: train.hazard_steps={hazard} needs the steps to onset (ttf), not in it")
     model = FaultGNN(
-        data.x.shape[2], cfg["hidden"], cfg["layers"], cfg.get("dropout", 0.0), cfg.get("temporal_graph", False),
+        data.x.shape[2], cfg.hidden, cfg.layers, cfg.dropout, cfg.temporal_graph,
         hazard, data.label_steps,
     ).to(device)  # fmt: skip
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"] * comm.size)  # [dist] LR scaled by world size
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr * comm.size)  # [dist] LR scaled by world size
     net, optimizer = comm.wrap(model, optimizer)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg["epochs"])
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
     per_rank = len(data.train_t) // comm.size
-    return {
-        "cfg": cfg,
-        "comm": comm,
-        "data": data,
-        "model": model,
-        "net": net,
-        "optimizer": optimizer,
-        "scheduler": scheduler,
-        "per_rank": per_rank,
-        "steps": max(1, math.ceil(per_rank / cfg["batch_size"])),
-        "bf16": bool(cfg["bf16"] and device.type == "cuda"),
-        "hazard": hazard > 0,
-        "beat": heartbeat(Path(spec["out"]) / "heartbeat.json", cfg["epochs"], comm.rank),
-    }
+    return RunState(
+        cfg=cfg,
+        comm=comm,
+        data=data,
+        model=model,
+        net=net,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        per_rank=per_rank,
+        steps=max(1, math.ceil(per_rank / cfg.batch_size)),
+        bf16=bool(cfg.bf16 and device.type == "cuda"),
+        hazard=hazard > 0,
+        beat=heartbeat(Path(spec.out) / "heartbeat.json", cfg.epochs, comm.rank),
+    )
 
 
-def epoch_row(epoch: int, run: dict, loss_sum: float, started: float, timer: StepTimer) -> dict:
-    comm = run["comm"]
+def epoch_row(epoch: int, run: RunState, loss_sum: float, started: float, timer: StepTimer) -> dict:
+    comm = run.comm
     wait_s, compute_s = timer.totals()  # synchronises: the epoch's steps are done on the device
     ended = time.time()
-    run["scheduler"].step()
+    run.scheduler.step()
     return {
         "epoch": epoch,
-        "train_loss": comm.mean(loss_sum / run["steps"]),  # [dist] averaged over ranks
-        "lr": run["scheduler"].get_last_lr()[0],
+        "train_loss": comm.mean(loss_sum / run.steps),  # [dist] averaged over ranks
+        "lr": run.scheduler.get_last_lr()[0],
         "data_wait_s": comm.mean(wait_s),
         "compute_s": comm.mean(compute_s),
-        "samples": run["per_rank"] * comm.size,
+        "samples": run.per_rank * comm.size,
         "t_start": started,  # wall clock of the epoch's training steps (for GPU utilization windows)
         "t_end": ended,
     }
 
 
-def node_monitor(spec: dict, local_rank: int, host: str | None = None):
+def node_monitor(spec: TrainingSpec, local_rank: int, host: str | None = None):
     """MLflow's SystemMetricsMonitor for this node, on the pipeline's run, its metrics under
     ``system/<host>/``: started by local rank 0 on every host but the flow's own (whose monitor already covers it).
     Returns the running monitor, or None."""
-    nm = spec.get("node_metrics")
+    nm = spec.node_metrics
     host = host or socket.gethostname()
-    if not nm or local_rank != 0 or host == nm["flow_host"]:
+    if not nm or local_rank != 0 or host == nm.flow_host:
         return None
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     monitor = SystemMetricsMonitor(
-        nm["run_id"],
-        sampling_interval=nm["interval_s"],
+        nm.run_id,
+        sampling_interval=nm.interval_s,
         node_id=host,
         tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"),
     )
@@ -283,10 +303,10 @@ def node_monitor(spec: dict, local_rank: int, host: str | None = None):
 
 
 def main(spec_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    watch_owner(spec.get("owner_pid"))
+    spec = TrainingSpec.read(spec_path)
+    watch_owner(spec.owner_pid)
     run = setup(spec)
-    comm, out_dir = run["comm"], Path(spec["out"])
+    comm, out_dir = run.comm, Path(spec.out)
     monitor = node_monitor(spec, comm.local_rank)
     try:
         return _train(spec, run, comm, out_dir)
@@ -295,15 +315,13 @@ def main(spec_path: str) -> int:
             monitor.finish()
 
 
-def _train(spec: dict, run: dict, comm, out_dir: Path) -> int:
-    state = resume(comm, spec, run["model"], run["optimizer"], run["scheduler"])
-    timer = StepTimer(run["data"].x.device)
+def _train(spec: TrainingSpec, run: RunState, comm, out_dir: Path) -> int:
+    state = resume(comm, spec, run.model, run.optimizer, run.scheduler)
+    timer = StepTimer(run.data.x.device)
     profiler = None
     if comm.rank == 0:
-        profiler = StepProfiler(
-            run["data"].x.device, out_dir / "trace.json", run["steps"], spec.get("profile_steps", 5)
-        )
-    for epoch in range(state.start_epoch, run["cfg"]["epochs"]):
+        profiler = StepProfiler(run.data.x.device, out_dir / "trace.json", run.steps, spec.profile_steps)
+    for epoch in range(state.start_epoch, run.cfg.epochs):
         loss_sum, started = train_epoch(epoch, run, timer, profiler if epoch == state.start_epoch else None)
         if profiler is not None and epoch == state.start_epoch:
             profiler.finish()
@@ -311,17 +329,17 @@ def _train(spec: dict, run: dict, comm, out_dir: Path) -> int:
         if comm.rank == 0:  # [dist] only rank 0 evaluates, logs and checkpoints
             validate(run, row)
             state.history.append(row)
-            keep_best(state, row, run["model"])
+            keep_best(state, row, run.model)
             checkpoint(spec, epoch, run, state)
             print(json.dumps({"progress": row}), flush=True)
     if comm.rank == 0:
         best = state.best
-        weights = best["model"] if best and best.get("model") else run["model"].state_dict()
+        weights = best["model"] if best and best.get("model") else run.model.state_dict()
         torch.save(
             {
                 "model": weights,
-                "config": run["model"].config,
-                "window": run["cfg"]["window"],
+                "config": run.model.config,
+                "window": run.cfg.window,
                 "best_epoch": best["epoch"] if best else None,
             },
             out_dir / "model.pt",

@@ -203,3 +203,17 @@ def test_weights_digest_follows_the_weights_not_the_save(tmp_path):
         layer.weight[0, 0] += 1e-6
     torch.save({"model": layer.state_dict(), "config": {"a": 1}}, tmp_path / "c.pt")
     assert weights_digest(tmp_path / "c.pt") != weights_digest(tmp_path / "a.pt")
+
+
+def test_the_training_spec_round_trips_typed(tmp_path):
+    """spec.json as every rank reads it: the train section a TrainConfig again, paths as paths."""
+    from tasks.core.config import load_config
+    from tasks.core.training.launch import training_spec
+    from tasks.core.training.spec import TrainingSpec
+
+    cfg = load_config("local", ["train.epochs=3", "train.dropout=0.2"]).train
+    nodes = {"run_id": "r", "interval_s": 5.0, "flow_host": "a"}
+    spec = training_spec("ddp", "cpu", cfg, tmp_path / "d.npz", tmp_path / "ck", tmp_path, "fp", 2, node_metrics=nodes)
+    spec.write(tmp_path / "spec.json")
+    back = TrainingSpec.read(tmp_path / "spec.json")
+    assert back == spec and back.train.engine == "ddp" and back.train.dropout == 0.2 and back.node_metrics.run_id == "r"

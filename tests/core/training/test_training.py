@@ -57,7 +57,7 @@ def test_resume_after_sigkill_matches_uninterrupted(data, tmp_path):
     work = tmp_path / "killed"
     work.mkdir()
     cfg = load_config("local", SETTINGS)
-    (work / "spec.json").write_text(json.dumps(_spec(cfg, data, work, "horovod")))
+    _spec(cfg, data, work, "horovod").write(work / "spec.json")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         launch_command(cfg.train, work / "spec.json"),
@@ -187,7 +187,7 @@ def test_each_other_hosts_rank_0_logs_its_system_metrics_under_its_node_id(data,
     nodes = {"run_id": run_id, "interval_s": 0.5, "flow_host": "the-flow-host" if other_host else host}
     spec = training_spec("horovod", "cpu", cfg.train, data, work / "ckpt", work, "test-fp", node_metrics=nodes)
     launch_training(spec, cfg.train, work, {"MLFLOW_TRACKING_URI": uri})
-    assert "tracking" not in json.dumps(spec) and uri not in (work / "spec.json").read_text()  # env only
+    assert "tracking" not in json.dumps(spec.as_json()) and uri not in (work / "spec.json").read_text()  # env only
     keys = set(client.get_run(run_id).data.metrics)
     node_keys = {k for k in keys if k.startswith(f"system/{host}/")}
     if other_host:
