@@ -21,9 +21,10 @@ bundle:
 demo: setup
 	$(VENV)/bin/faultline run --profile $(PROFILE)
 
-# Every test, real engines included; prints the 25 slowest.
+# Every test, real engines included, on TEST_WORKERS processes (a file's tests stay together); prints the 25 slowest.
+TEST_WORKERS ?= 2
 test: setup browser-deps lint
-	$(PY) -m pytest tests --durations=25
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The inner loop (about a minute): logic, rules, config, the checklist on literal evidence, the kernels' NumPy
 # references. No JVM, cluster, Prefect API or CLI run: a test in this lane that starts one fails, naming the marker.

@@ -24,12 +24,22 @@ def pytest_collection_modifyitems(config, items):
 
     gpus = detect_hardware().gpu_count
     require = os.environ.get("REQUIRE_GPU") == "1"
+    _group_for_workers(items)
     for item in items:
         if ENGINE_MARKERS & set(item.keywords) or ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.engine)
         need = 2 if "multi_gpu" in item.keywords else 1 if "gpu" in item.keywords else 0
         if need and gpus < need and not require:
             item.add_marker(pytest.mark.skip(reason=f"needs {need} GPU(s), found {gpus} (REQUIRE_GPU=1 to fail)"))
+
+
+def _group_for_workers(items) -> None:
+    """With ``-n N --dist loadgroup`` (make test): a file's tests run on one worker, in order (module fixtures
+    such as the UI stack are built once), and the files that read the one prepared pipeline run share a worker."""
+    shared = {i.nodeid.split("::")[0] for i in items if "pipeline_run" in getattr(i, "fixturenames", ())}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("pipeline_run" if path in shared else path))
 
 
 @pytest.fixture(autouse=True)
