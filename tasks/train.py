@@ -10,8 +10,8 @@ from prefect import task
 
 from tasks.core.config import TrainConfig
 from tasks.core.runtime import Runtime
+from tasks.core.stages.train import train_stage
 from tasks.core.store import StageResult, run_stage, stage_fingerprint
-from tasks.core.training.stage import train_stage
 from tasks.runner import TASK_OPTIONS, finish_stage, logger, progress_artifact
 
 

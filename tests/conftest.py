@@ -1,9 +1,16 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# An xdist worker's __main__ has neither __spec__ nor __file__, which pyspark.sql.connect (imported by GX) takes for
+# a doctest run without Spark Connect's dependencies, and exits the process: give it the file it looks for.
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = __file__
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 from .errors import InvariantBroken
@@ -100,8 +100,24 @@ def write_json_atomic(path: Path, data: Any, indent: int | None = 2) -> Path:
     return write_atomic(path, json.dumps(data, indent=indent, sort_keys=True, default=str))
 
 
-def read_manifest(stage_dir: Path) -> dict[str, Any]:
+def read_manifest(stage_dir: Path) -> Manifest:
     return json.loads((Path(stage_dir) / MANIFEST).read_text())
+
+
+class Manifest(TypedDict, total=False):
+    """Every stage's ``_manifest.json``: the header (``manifest_header``) and the row accounting every stage
+    keeps (rows in = rows out + rows quarantined), then the stage's own figures (see each stage)."""
+
+    stage: str
+    fingerprint: str
+    written_at: str
+    input_fingerprints: dict[str, str]
+    config: dict[str, Any]
+    code_version: str
+    seconds: float
+    rows_in: int
+    rows_out: int
+    rows_quarantined: int
 
 
 @dataclass(frozen=True)
@@ -112,7 +128,23 @@ class StageOutput:
     fingerprint: str
     path: Path
     cached: bool
-    manifest: dict[str, Any]
+    manifest: Manifest
+
+    @property
+    def rows_in(self) -> int | None:
+        return self.manifest.get("rows_in")
+
+    @property
+    def rows_out(self) -> int | None:
+        return self.manifest.get("rows_out")
+
+    @property
+    def rows_quarantined(self) -> int:
+        return self.manifest.get("rows_quarantined", 0)
+
+    @property
+    def seconds(self) -> float | None:
+        return self.manifest.get("seconds")
 
     def __getitem__(self, key: str) -> Any:
         return self.manifest[key]
@@ -126,14 +158,13 @@ class StageOutput:
 
     def public(self) -> dict[str, Any]:
         """What a run summary shows of the stage."""
-        m = self.manifest
         return {
             "status": "completed",
             "cached": self.cached,
-            "rows_in": m.get("rows_in"),
-            "rows_out": m.get("rows_out"),
-            "rows_quarantined": m.get("rows_quarantined", 0),
-            "seconds": m.get("seconds"),
+            "rows_in": self.rows_in,
+            "rows_out": self.rows_out,
+            "rows_quarantined": self.rows_quarantined,
+            "seconds": self.seconds,
             "output": str(self.path),
             "fingerprint": self.fingerprint,
         }
@@ -248,7 +279,7 @@ def check_rows(stage: str, body: Mapping[str, Any]) -> None:
         )
 
 
-def manifest_header(stage: str, inputs: Mapping[str, str], config: Any, seconds: float) -> dict[str, Any]:
+def manifest_header(stage: str, inputs: Mapping[str, str], config: Any, seconds: float) -> Manifest:
     """What every stage manifest starts with: inputs, the config section, the code version, timing."""
     return {
         "stage": stage,
