@@ -93,9 +93,15 @@ def _known_keys(model: type[BaseModel], extra: dict[str, Any], prefix: str = "")
         path = f"{prefix}{key}"
         field = by_name.get(key)
         if field is None:
+            import difflib
+
             where = f"section {prefix[:-1]!r}" if prefix else "the config"
             full = path + _leaf_suffix(value)
-            raise ConfigError(f"unknown key {full!r}: {where} has no {key!r} (known: {', '.join(sorted(by_name))})")
+            close = difflib.get_close_matches(key, list(by_name), n=1)
+            hint = f"did you mean '{prefix}{close[0]}'? " if close else ""
+            raise ConfigError(
+                f"unknown key {full!r}: {where} has no {key!r} ({hint}known: {', '.join(sorted(by_name))})"
+            )
         kind = field.annotation
         if isinstance(value, dict) and isinstance(kind, type) and issubclass(kind, BaseModel):
             _known_keys(kind, value, f"{path}.")

@@ -27,6 +27,8 @@ def test_unknown_section_is_named_with_the_full_key():
         load_config("local", ["trian.epochs=3"])
     with pytest.raises(ConfigError, match=r"unknown key 'a\.b\.c': the config has no 'a' \(known: bench, "):
         load_config("local", ["a.b.c=1"])
+    with pytest.raises(ConfigError, match=r"section 'train' has no 'epoch' \(did you mean 'train\.epochs'\?"):
+        load_config("local", ["train.epoch=3"])
     with pytest.raises(ConfigError, match=r"unknown key 'train\.x\.y': section 'train' has no 'x'"):
         load_config("local", ["train.x.y=1"])
     cfg = load_config("local", ['ingest.extra_conf={"spark.x": "1"}'])  # a mapping field takes any key below it
@@ -121,3 +123,18 @@ def test_training_hosts_are_host_slots_summing_to_num_proc():
         load_config("local", ["train.num_proc=8", "train.hosts=[dgx-01]"])
     with pytest.raises(ConfigError, match="needs train.engine=horovod"):
         load_config("local", ["train.engine=ddp", "train.num_proc=2", "train.hosts=[a:1, b:1]"])
+
+
+def test_the_cli_says_its_version_and_what_a_mistyped_command_meant(capsys):
+    from flows.cli import build_parser
+
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--version"])
+    assert capsys.readouterr().out.startswith("faultline ")
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["rnu"])
+    assert exit_.value.code == 2 and "did you mean 'run'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "e2f"])
+    assert "did you mean 'e2e'?" in capsys.readouterr().err
