@@ -86,6 +86,7 @@ def test_e2e_bench_two_paths_one_invocation(tmp_path):
     assert x["epochs_timed"] == 2 and x["epochs_full"] == 4 and c["train"]["seconds"] > x["measured_s"]
     assert x["epoch_s_from"] == "epochs 2.."  # the first epoch is warm-up: the later ones stand for the rest
     assert rep["e2e_ratio"] == pytest.approx(rep["cpu_path"]["total_s"] / rep["gpu_path"]["total_s"], rel=0.01)
+    assert rep["repeats"] == 1  # single runs, said in the JSON
     assert (results / "e2e.png").stat().st_size > 5_000 and rep["gpu_path"]["mlflow_run_id"]
 
 

@@ -121,6 +121,8 @@ def e2e_report(
             "cpu_path": {**c, "mlflow_run_id": cpu.get("mlflow_run_id"), "cpu_fraction_trained": fraction},
             "stage_ratio": ratios,
             "e2e_ratio": round(c["total_s"] / g["total_s"], 2),
+            "repeats": 1,  # each path once, in this invocation: a repeat of both costs many minutes
+            "repeats_note": "single runs of both paths: no median, min or max",
             "extrapolated": [f"cpu_path.{k}" for k in c["extrapolated"]] + [f"gpu_path.{k}" for k in g["extrapolated"]],
         }
     )
