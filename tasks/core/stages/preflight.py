@@ -7,10 +7,11 @@ as they read.
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 from tasks.core.errors import DataRejected
-from tasks.core.stages.raw import TOPOLOGY_FILES, RawLayout, check_kpi_file, discover
+from tasks.core.stages.raw import TOPOLOGY_FILES, RawLayout, check_kpi_rows, discover
 
 CONTRACT = "docs/DATA.md"
 
@@ -43,5 +44,15 @@ def preflight(raw: Path | str) -> RawLayout:
             file=str(layout.topology_file),
         )
     for path in layout.kpi_files:
-        check_kpi_file(path)  # the header, the first rows' types, UTF-8 and line lengths (one streamed pass)
+        _first_rows(path)
     return layout
+
+
+def _first_rows(path: Path) -> None:
+    """The header and the first rows' types (what ingest's full check reads first): a few kB, not the file."""
+    try:
+        check_kpi_rows(path)
+    except UnicodeDecodeError:
+        raise DataRejected(f"{path}: undecodable bytes in the first rows (expected UTF-8)", file=str(path)) from None
+    except csv.Error as exc:
+        raise DataRejected(f"{path}: not readable as CSV ({exc})", file=str(path), expected="CSV") from None

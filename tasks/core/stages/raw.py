@@ -184,12 +184,12 @@ def _check_columns(path: Path, rows: list[dict], columns, lines: list[int] | Non
 def check_kpi_file(path: Path) -> None:
     _check_utf8(path)
     try:
-        _check_kpi_rows(path)
+        check_kpi_rows(path)
     except csv.Error as exc:
         raise DataRejected(f"{path}: not readable as CSV ({exc})", file=str(path), expected="CSV") from None
 
 
-def _check_kpi_rows(path: Path) -> None:
+def check_kpi_rows(path: Path) -> None:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, None)

@@ -104,3 +104,12 @@ def test_gml_topologies_are_read(network, tmp_path):
     nx.write_gml(g, network / "topology.gml")
     got = preflight(network).topology()
     assert got.element_ids == topo.element_ids and got.edges == topo.edges and got.names == topo.names
+
+
+def test_the_preflight_reads_the_first_rows_not_the_whole_file(network):
+    """Undecodable bytes at the start are named at once; the full UTF-8 and line-length pass is ingest's."""
+    day = network / "kpi" / "kpi_2026-01-07.csv"
+    lines = day.read_bytes().split(b"\n")
+    day.write_bytes(b"\n".join([lines[0], lines[1].replace(b"rtr", b"r\xff\xfe"), *lines[2:]]))
+    with pytest.raises(DataRejected, match=r"kpi_2026-01-07.csv: undecodable bytes in the first rows"):
+        preflight(network)
