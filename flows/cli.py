@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flows.cli_parser import Parser, version
+
 EXIT_OK, EXIT_FAIL, EXIT_REJECTED = 0, 1, 2
 PROFILES = ("local", "gpu", "dgx")
 STAGES = ("validate", "ingest", "features", "train", "evaluate")
@@ -346,37 +348,11 @@ def _bench_parser(sub) -> None:
     b.set_defaults(func=cmd_bench)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with "did you mean" for a mistyped subcommand or choice."""
-
-    def error(self, message: str):
-        import difflib
-        import re
-
-        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if m:
-            choices = re.findall(r"'?([\w.-]+)'?", m.group(2))
-            close = difflib.get_close_matches(m.group(1), choices, n=1)
-            message += f"; did you mean {close[0]!r}?" if close else ""
-        super().error(message)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from tasks.core.store import code_version
-
-    try:
-        return f"faultline {version('faultline')} (code {code_version()})"
-    except PackageNotFoundError:
-        return f"faultline (code {code_version()}, not installed as a package)"
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="faultline", description=__doc__.splitlines()[0])
-    p.add_argument("--version", action="version", version=_version())
+    p = Parser(prog="faultline", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=version())
     p.add_argument("-v", "--verbose", action="count", default=0, help="more output (-v: Prefect, -vv: engines too)")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add in (_simulate_parser, _run_parser, _check_parser, _bench_parser):
         add(sub)
     return p
