@@ -198,6 +198,31 @@ def _log_validation(tr: Tracker, run_id: str, validate: StageResult, tags: dict[
         tr.log_artifacts(run_id, docs.parent, "gx_data_docs")
 
 
+def _log_energy(tr: Tracker, run_id: str, stages: dict[str, StageResult]) -> dict[str, Any]:
+    """Each stage's GPU energy and mean power, the run's total and joules per million KPI rows, and the plot of
+    both (``plots/gpu_energy.png``); nothing where no stage ran on a GPU (the run says why in its manifests)."""
+    import tempfile
+
+    from tasks.core.energy import POWER_CSV, plot_energy, read_power_csv, run_energy
+
+    meters = {k: st.get("gpu_energy") for k, st in stages.items()}
+    rows = stages["validate"].get("rows_in") if "validate" in stages else None
+    total = run_energy(meters, rows)
+    if not total["available"]:
+        return total
+    for k, e in meters.items():
+        if e and e.get("available"):
+            tr.log_metrics(run_id, {f"{k}.gpu_energy_j": e["joules"], f"{k}.gpu_power_w": e["mean_power_w"]})
+    per_mrow = total["joules_per_million_rows"]
+    tr.log_metrics(run_id, {"gpu_energy_j": total["total_j"], "gpu_joules_per_million_rows": per_mrow})
+    curves = {k: read_power_csv(st.path / POWER_CSV) for k, st in stages.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        png = plot_energy(meters, curves, Path(tmp) / "gpu_energy.png")
+        if png:
+            tr.log_artifact(run_id, png, "plots")
+    return total
+
+
 def _log_training(tr: Tracker, run_id: str, train: StageResult) -> None:
     for row in train["history"]:
         tr.log_metrics(run_id, {k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
@@ -259,6 +284,7 @@ def record_run(
         figures = {f"{name}.{k}": st.get(k) for k in ("rows_in", "rows_out", "rows_quarantined", "seconds")}
         tr.log_metrics(run_id, figures)
         tr.log_artifact(run_id, st.path / "_manifest.json", f"manifests/{name}")
+    _log_energy(tr, run_id, stages)
     tags = _stage_tags(stages)
     if "validate" in stages:  # the raw exports as the run's dataset: the directory, digested by its fingerprint
         v, data = stages["validate"], data or {}
@@ -291,7 +317,11 @@ def record_run(
 
 def stage_summary(stages: dict[str, StageResult]) -> dict[str, Any]:
     """What the run summary shows of its stages: each stage's figures, the held-out metrics, the Data Docs."""
+    from tasks.core.energy import run_energy
+
     out: dict[str, Any] = {"stages": {k: v.public() for k, v in stages.items()}}
+    rows = stages["validate"].get("rows_in") if "validate" in stages else None
+    out["gpu_energy"] = run_energy({k: v.get("gpu_energy") for k, v in stages.items()}, rows)
     if "evaluate" in stages:
         out["metrics"] = summary_metrics(stages["evaluate"]["results"])
         out["served"] = stages["evaluate"].get("served")  # what the registry serves: the stack or the GNN

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 from urllib.parse import quote
 
+from .energy import POWER_CSV, EnergyMeter, write_power_csv
 from .errors import InvariantBroken
 from .secrets import redact
 
@@ -115,6 +116,7 @@ class Manifest(TypedDict, total=False):
     config: dict[str, Any]
     code_version: str
     seconds: float
+    gpu_energy: dict[str, Any]  # the GPUs' joules and watts while it computed (EnergyMeter), or why n/a
     rows_in: int
     rows_out: int
     rows_quarantined: int
@@ -165,6 +167,7 @@ class StageOutput:
             "rows_out": self.rows_out,
             "rows_quarantined": self.rows_quarantined,
             "seconds": self.seconds,
+            "gpu_energy_j": (self.manifest.get("gpu_energy") or {}).get("joules"),
             "output": str(self.path),
             "fingerprint": self.fingerprint,
         }
@@ -317,11 +320,16 @@ def run_stage(
         return done
     with staging(root, stage, fp, replace=force) as tmp:
         started = time.perf_counter()
-        body = compute(tmp)
+        with EnergyMeter() as meter:  # the GPUs' energy while this stage computes (n/a on a CPU host)
+            body = compute(tmp)
+        seconds = time.perf_counter() - started
         if verify is not None:
             verify()
         check_rows(stage, body)
-        publish_manifest(tmp, {**manifest_header(stage, inputs, config, time.perf_counter() - started), **body})
+        energy = meter.result()
+        if energy["available"]:
+            write_power_csv(tmp / POWER_CSV, meter.samples)
+        publish_manifest(tmp, {**manifest_header(stage, inputs, config, seconds), "gpu_energy": energy, **body})
     return published(root, stage, fp)
 
 
