@@ -179,6 +179,11 @@ class TrainConfig(_Section):
     stall_timeout_s: float = Field(900.0, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     memory_fraction: float = Field(0.8, gt=0, le=1)
+    tensors: Literal["auto", "host", "device"] = Field(
+        "auto",
+        description="where the training tensors are built: host (the stage, written to data.npz), device (each "
+        "rank, from the features' Parquet; on a GPU through cuDF); auto: device on a GPU, else host",
+    )
     bf16: bool = True
     network_interface: str = Field("lo", description="Horovod's NIC for Gloo; a multi-host run names its NIC")
     bind_address: str = Field("127.0.0.1", description="where horovodrun's rendezvous listens (multi-host: 0.0.0.0)")

@@ -15,6 +15,7 @@ from tasks.core.metrics import classification_metrics, lead_times
 from tasks.core.stages.baselines import fit_tree, oracle_scores, read_hidden, stack_scores
 from tasks.core.stages.serving import write_served
 from tasks.core.topology import Topology
+from tasks.core.training.frame_tensors import load_x
 from tasks.core.training.model import load_model, normalised_adjacency, score_snapshots
 from tasks.core.yardstick import alert_quality, calibration_error, event_leads, recall_difference, threshold_for_budget
 
@@ -43,7 +44,7 @@ def model_scores(model_path: Path, data_path: Path, ts: np.ndarray, device: str 
     """Scores [len(ts), E] of the trained model on the snapshots ``ts``, on ``device`` (batches of 256 there)."""
     model, ck = load_model(model_path)
     d = np.load(data_path)
-    x = torch.from_numpy(d["X"]).to(device)
+    x = load_x(data_path, device)  # built on the GPU again from the features where the ranks built theirs
     adj = normalised_adjacency(d["indptr"], d["indices"], x.shape[1]).to(device)
     batch = 256 if device == "cuda" else 64
     return score_snapshots(model.to(device), x, adj, ts, ck["window"], batch=batch).cpu().numpy()

@@ -14,6 +14,7 @@ from tasks.core.runtime import Runtime
 from tasks.core.topology import Topology
 from tasks.core.tracking import tracking_uri
 from tasks.core.training.checkpoint import load_latest
+from tasks.core.training.frame_tensors import write_recipe
 from tasks.core.training.gpu_monitor import (
     UtilizationSampler,
     kernel_busy_fraction,
@@ -23,6 +24,13 @@ from tasks.core.training.gpu_monitor import (
 )
 from tasks.core.training.launch import launch_training, steady_throughput, training_spec
 from tasks.core.training.tensors import prepare_tensors
+
+
+def tensors_where(cfg: TrainConfig, device: str) -> str:
+    """``device`` (each rank builds its tensors) or ``host`` (the stage builds them once, into data.npz)."""
+    if cfg.tensors != "auto":
+        return cfg.tensors
+    return "device" if device == "cuda" else "host"
 
 
 def _kernel_timeline(out: Path) -> dict[str, Any]:
@@ -68,11 +76,16 @@ def train_stage(
     topo = Topology.read(features_dir / "topology.json")
     started = time.perf_counter()
     horizon = json.loads((features_dir / "_manifest.json").read_text())["features"]["horizon_minutes"]
-    data = prepare_tensors(features_dir / "features", topo, names, cfg.window, test_fraction, out / "data.npz",
-                           None, cfg.graph, cfg.seed, horizon)  # fmt: skip
-    data["tensor_build_s"] = round(time.perf_counter() - started, 2)  # host side, before any rank starts
+    if tensors_where(cfg, rt.device) == "device":  # each rank builds its own from the Parquet, on its device
+        data_path = write_recipe(out, features_dir / "features", names, cfg.window, test_fraction, cfg.graph,
+                                 cfg.seed, horizon)  # fmt: skip
+    else:
+        data_path = out / "data.npz"
+        data = prepare_tensors(features_dir / "features", topo, names, cfg.window, test_fraction, data_path,
+                               None, cfg.graph, cfg.seed, horizon)  # fmt: skip
+        data.update(tensor_build_s=round(time.perf_counter() - started, 2), tensor_device="host")
     nodes, env = _node_metrics(node_metrics, rt.launcher_env)
-    spec = training_spec(cfg.engine, rt.device, cfg, out / "data.npz", checkpoints, out, fingerprint,
+    spec = training_spec(cfg.engine, rt.device, cfg, data_path, checkpoints, out, fingerprint,
                          rt.threads_per_rank, node_metrics=nodes)  # fmt: skip
     # a retried or rerun task resumes from here; a damaged checkpoint is said in the CLI's and Prefect's log too
     prior = load_latest(checkpoints, fingerprint, warn or logging.getLogger("faultline.train").warning)
@@ -85,6 +98,8 @@ def train_stage(
         utilization["kernel_busy_fraction"] = timeline.get("kernel_busy_fraction")
         plot_utilization(out / "gpu_utilization.csv", out / "gpu_utilization.png")
     history = json.loads((out / "history.json").read_text())
+    if data_path.suffix == ".json":  # rank 0 measured its build
+        data = json.loads((out / "data_info.json").read_text())
     return {
         "device": rt.device,
         "engine": cfg.engine,

@@ -29,6 +29,7 @@ from tasks.core.metrics import pr_auc
 from tasks.core.store import write_json_atomic
 from tasks.core.training.checkpoint import load_latest, save_checkpoint
 from tasks.core.training.comm import make_comm
+from tasks.core.training.frame_tensors import as_torch, build, write_meta
 from tasks.core.training.model import FaultGNN, hazard_loss, normalised_adjacency, score_snapshots, windows_at
 from tasks.core.training.profiling import StepProfiler, StepTimer
 from tasks.core.training.spec import TrainingSpec
@@ -79,22 +80,40 @@ class Data:
     @classmethod
     def load(cls, path: str, device: torch.device, pos_weight: float | None = None) -> Data:
         """``pos_weight``: the fault class's weight in the loss; None: negatives per positive, capped at 50."""
-        d = np.load(path)
-        x = torch.from_numpy(d["X"]).to(device)
-        train_t = d["train_t"]
-        pos = float((d["y"][train_t] * d["mask"][train_t]).sum())
-        neg = float(d["mask"][train_t].sum()) - pos
+        return cls.from_arrays(np.load(path), device, pos_weight)
+
+    @classmethod
+    def from_arrays(cls, d, device: torch.device, pos_weight: float | None = None) -> Data:
+        """From NumPy arrays (``data.npz``) or arrays already on this rank's GPU (CuPy, shared through DLPack)."""
+        x = as_torch(d["X"], device)
+        y, mask = as_torch(d["y"], device).float(), as_torch(d["mask"], device).float()
+        train_t = np.asarray(d["train_t"])
+        tt = torch.as_tensor(train_t, device=device, dtype=torch.long)
+        pos = float((y[tt] * mask[tt]).double().sum())
+        neg = float(mask[tt].double().sum()) - pos
         return cls(
             x=x,
-            y=torch.from_numpy(d["y"].astype(np.float32)).to(device),
-            mask=torch.from_numpy(d["mask"].astype(np.float32)).to(device),
-            adj=normalised_adjacency(d["indptr"], d["indices"], x.shape[1]).to(device),
+            y=y,
+            mask=mask,
+            adj=normalised_adjacency(np.asarray(d["indptr"]), np.asarray(d["indices"]), x.shape[1]).to(device),
             train_t=train_t,
-            val_t=d["val_t"],
+            val_t=np.asarray(d["val_t"]),
             pos_weight=torch.tensor(pos_weight or min(50.0, neg / max(pos, 1.0)), device=device),
-            ttf=torch.from_numpy(d["ttf"]).to(device) if "ttf" in d else None,
+            ttf=as_torch(d["ttf"], device) if "ttf" in d else None,
             label_steps=int(d["label_steps"]) if "label_steps" in d else 12,
         )
+
+
+def load_data(spec: TrainingSpec, device: torch.device, rank: int) -> Data:
+    """The tensors from ``data.npz`` (built on the host by the stage), or built here from the recipe
+    (``frame_tensors``: on this rank's GPU through cuDF); rank 0 then writes the small arrays for evaluation."""
+    if Path(spec.data).suffix != ".json":
+        return Data.load(str(spec.data), device, spec.train.pos_weight)
+    arrays, info = build(spec.data, gpu=device.type == "cuda")
+    if rank == 0:
+        write_meta(spec.data, arrays, info)
+    print(json.dumps({"tensors": {k: v for k, v in info.items() if k != "feature_names"}}), flush=True)
+    return Data.from_arrays(arrays, device, spec.train.pos_weight)
 
 
 @dataclass
@@ -237,7 +256,7 @@ def setup(spec: TrainingSpec) -> RunState:
     device = pick_device(spec, comm.local_rank)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
-    data = Data.load(spec.data, device, cfg.pos_weight)
+    data = load_data(spec, device, comm.rank)
     hazard = int(cfg.hazard_steps)
     if hazard and data.ttf is None:
         raise ValueError(f"{spec.data}: train.hazard_steps={hazard} needs the steps to onset (ttf), not in it")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from tasks.core.topology import Topology
+from tasks.core.training.frame_tensors import build, frame_tensors, load_x, write_meta, write_recipe
 from tasks.core.training.tensors import prepare_tensors, split_times
 
 NAMES = ["a", "b", "c"]
@@ -119,3 +122,41 @@ def test_the_label_is_an_onset_within_the_horizon_of_the_stored_steps(tiny_featu
     assert d["y"][usable].sum() > 0
     agree = (d["y"][usable] == ahead[usable]).mean()
     assert agree > 0.995, agree  # (a quarantined row inside a fault episode can look like an onset)
+
+
+@pytest.mark.parametrize("graph", ["real", "rewired"])
+def test_the_ranks_own_build_equals_the_host_build(tmp_path, graph):
+    """frame_tensors (one body for cuDF and pandas; pandas here) gives what prepare_tensors writes, array for array."""
+    topo, _ = _features(tmp_path, np.random.default_rng(0))
+    meta = prepare_tensors(tmp_path / "features", topo, NAMES, 3, 0.25, tmp_path / "data.npz", 2, graph, 5, 30.0)
+    d = np.load(tmp_path / "data.npz")
+    frame = pd.read_parquet(sorted((tmp_path / "features").glob("*.parquet")))
+    arrays, info = frame_tensors(frame, topo, NAMES, 3, 0.25, graph, 5, 30.0)
+    assert set(arrays) == set(d.files)
+    for k in d.files:
+        np.testing.assert_array_equal(np.asarray(arrays[k]), d[k], err_msg=k)
+    assert arrays["X"].dtype == np.float32
+    assert info == {k: v for k, v in meta.items() if k != "feature_names"}
+
+
+def test_a_recipe_gives_the_small_arrays_to_evaluation_and_x_again(tmp_path):
+    topo, _ = _features(tmp_path, np.random.default_rng(0))
+    (tmp_path / "topology.json").write_text(json.dumps(topo.to_json()))
+    prepare_tensors(tmp_path / "features", topo, NAMES, 3, 0.25, tmp_path / "host.npz")
+    out = tmp_path / "train"
+    out.mkdir()
+    recipe = write_recipe(out, tmp_path / "features", NAMES, 3, 0.25, "real", 0, 60.0)
+    arrays, info = build(recipe, gpu=False)
+    write_meta(recipe, arrays, info)
+    meta, host = np.load(out / "data.npz"), np.load(tmp_path / "host.npz")
+    assert set(meta.files) == set(host.files) - {"X", "y", "mask"}
+    assert info["tensor_device"] == "cpu" and info["feature_names"] == NAMES
+    np.testing.assert_array_equal(load_x(out / "data.npz", "cpu").numpy(), host["X"])
+    np.testing.assert_array_equal(load_x(tmp_path / "host.npz", "cpu").numpy(), host["X"])
+
+
+def test_the_frame_build_names_an_element_outside_the_topology(tmp_path):
+    topo, df = _features(tmp_path, np.random.default_rng(0))
+    small = Topology("t", topo.element_ids[:3], topo.names[:3], ((0, 1), (1, 2)))
+    with pytest.raises(ValueError, match=r"features: element_id \['e3'\] not in the topology \(3 elements"):
+        frame_tensors(df, small, NAMES, 3, 0.25)

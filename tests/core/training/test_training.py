@@ -15,6 +15,7 @@ import pytest
 from tasks.core.config import load_config
 from tasks.core.stages.features import feature_names
 from tasks.core.topology import Topology
+from tasks.core.training.frame_tensors import write_recipe
 from tasks.core.training.launch import TrainingStalled, launch_command, launch_training, training_spec
 from tasks.core.training.tensors import prepare_tensors
 from tests.helpers import REPO
@@ -43,9 +44,20 @@ def _train(data, work, engine="horovod", extra=()):
     return json.loads((work / "history.json").read_text())
 
 
-def test_horovod_and_ddp_agree(data, tmp_path):
+def test_horovod_and_ddp_agree(data, tiny_features, tmp_path):
+    """Horovod on the stage's data.npz; DDP on ranks that build their own tensors from the Parquet (the GPU path's
+    way, here on the CPU): the same losses and scores, and rank 0 leaves the small arrays for evaluation."""
     hvd = _train(data, tmp_path / "hvd", "horovod")
-    ddp = _train(data, tmp_path / "ddp", "ddp")
+    (tmp_path / "ddp").mkdir()
+    cfg = load_config("local", SETTINGS)
+    names = feature_names(cfg.features)
+    recipe = write_recipe(tmp_path / "ddp", tiny_features / "features", names, cfg.train.window, 0.25, "real", 0, 60)
+    ddp = _train(recipe, tmp_path / "ddp", "ddp")
+    meta, host = np.load(tmp_path / "ddp" / "data.npz"), np.load(data)
+    assert "X" not in meta.files and {"mean", "std", "times", "test_t", "indptr"} <= set(meta.files)
+    np.testing.assert_array_equal(meta["mean"], host["mean"])
+    info = json.loads((tmp_path / "ddp" / "data_info.json").read_text())
+    assert info["rows"] > 0 and info["tensor_device"] == "cpu" and info["tensor_build_s"] >= 0
     assert [h["epoch"] for h in hvd] == [0, 1, 2, 3]
     np.testing.assert_allclose([h["train_loss"] for h in hvd], [h["train_loss"] for h in ddp], rtol=1e-6)
     np.testing.assert_allclose([h["val_pr_auc"] for h in hvd], [h["val_pr_auc"] for h in ddp], rtol=1e-6)
@@ -132,7 +144,8 @@ def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
         f"""
         from pathlib import Path
         from tasks.core.config import load_config
-        from tasks.core.training.launch import launch_training, training_spec
+        from tasks.core.training.frame_tensors import write_recipe
+from tasks.core.training.launch import launch_training, training_spec
         cfg = load_config("local", {[*SETTINGS, "train.epochs=200"]!r})
         work = Path({str(work)!r})
         spec = training_spec("horovod", "cpu", cfg.train, Path({str(data)!r}), work / "ckpt", work, "orphan-fp")
