@@ -122,7 +122,11 @@ PY
       echo "trainab rc=$?" >> $R/steps.log; tail -n 1 $R/train_ab.log | cut -c1-600 >> $R/steps.log ;;
     e2e) $FL bench e2e --profile gpu $(for o in ${E2E_SET:-}; do echo --set $o; done) --results $R --work /tmp/fl/bench \
         --json > $R/e2e.log 2>&1
-      echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']") ;;
+      echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
+      # both paths' stage manifests (and the ranks' logs): where each stage's time went
+      mkdir -p $R/manifests; for m in $(find /tmp/fl/bench -name _manifest.json -path '*/store/*'); do
+        d=$(dirname $m); s=$(basename $(dirname $d)); cp $m $R/manifests/$s-$(basename $d).json
+        [ -f $d/train.log ] && cp $d/train.log $R/manifests/$s-$(basename $d).log; done ;;
     scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} --results $R --work /tmp/fl/bench \
         --json > $R/scaling.log 2>&1
       echo "scaling rc=$?" >> $R/steps.log ;;
