@@ -26,6 +26,8 @@
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
 #   trainab   bench/device/train_ab.py: the same bench size with Horovod, a base tree (a git archive carried as
 #             .devparts/base.tgz, unpacked by start) vs this one, alternating, 3 runs each
+#   hostab    the run again with the training tensors built on the host (train.tensors=host): train and evaluate
+#             A/B against the run's on-GPU build, same card and lease
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
 #   scaling   faultline bench scaling --profile gpu --size SCALING_SIZE (default small): this host's own strong and
 #             weak scaling, which the checklist judges the run against
@@ -54,6 +56,12 @@ presimulate() {  # as soon as the venv can import the simulator: the same conten
 run_summary() { python3 -c "import json,sys; t=open(sys.argv[1]).read().strip(); d=json.loads(t if t.startswith('{') and t.endswith('}') and '\n{' not in t else t.splitlines()[-1]); print(d$2)" "$1" 2>/dev/null; }
 util_verdict() { python3 -c "import json,sys; t=open(sys.argv[1]).read(); d=json.loads(t.strip().splitlines()[-1]); c=[c for c in d['checks'] if c['id']=='gpu_utilization'][0]; print(c['status'], '-', c['evidence'])" "$1" 2>&1 | tail -1 | cut -c1-260; }
 
+manifests() {  # every stage manifest under $1 (and the ranks' logs): where each stage's time went
+  mkdir -p $R/manifests; for m in $(find $1 -name _manifest.json -path '*/store/*'); do
+    d=$(dirname $m); s=$(basename $(dirname $d)); cp $m $R/manifests/$s-$(basename $d).json
+    [ -f $d/train.log ] && cp $d/train.log $R/manifests/$s-$(basename $d).log; done; true
+}
+
 chain() {
   step "setup"; { nvidia-smi; nvidia-smi topo -m; lscpu; python3 -c 'import sys, torch; print(sys.version, torch.__version__)'; } > $R/device.txt 2>&1
   presimulate & SIM=$!
@@ -70,7 +78,7 @@ chain() {
     tests) REQUIRE_GPU=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/gpu_kernels > $R/gpu_tests.txt 2>&1
       tail -1 $R/gpu_tests.txt >> $R/steps.log ;;
     run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
-      echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']")
+      echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store
       python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
@@ -123,10 +131,13 @@ PY
     e2e) $FL bench e2e --profile gpu $(for o in ${E2E_SET:-}; do echo --set $o; done) --results $R --work /tmp/fl/bench \
         --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
-      # both paths' stage manifests (and the ranks' logs): where each stage's time went
-      mkdir -p $R/manifests; for m in $(find /tmp/fl/bench -name _manifest.json -path '*/store/*'); do
-        d=$(dirname $m); s=$(basename $(dirname $d)); cp $m $R/manifests/$s-$(basename $d).json
-        [ -f $d/train.log ] && cp $d/train.log $R/manifests/$s-$(basename $d).log; done ;;
+      manifests /tmp/fl/bench ;;
+    hostab) # the GPU path again from its cached features, the training tensors built on the host (the stage,
+      # data.npz) instead of on each rank's GPU: train and evaluate A/B on the same card and lease
+      $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --set train.tensors=host --json \
+        > $R/run_host.json 2> $R/run_host.log
+      echo "hostab rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store
+      python3 -c "import json; d=json.loads(open('$R/run_host.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} --results $R --work /tmp/fl/bench \
         --json > $R/scaling.log 2>&1
       echo "scaling rc=$?" >> $R/steps.log ;;
