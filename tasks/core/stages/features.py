@@ -32,7 +32,7 @@ from tasks.core.stages.alarm_log import (
     labels,
     minutes_since_alarm,
 )
-from tasks.core.stages.arrays import as_array, minutes, on_gpu, xp_of
+from tasks.core.arrays import as_array, minutes, on_gpu, xp_of
 from tasks.core.topology import Topology
 
 NEIGHBOUR_INPUTS = ("cpu_util", "temperature_c", "latency_ms", "packet_loss_pct", "if_errors", "alarms_1h")

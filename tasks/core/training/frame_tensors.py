@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.core.stages.arrays import micros, on_gpu, xp_of
+from tasks.core.arrays import micros, on_gpu, xp_of
 from tasks.core.store import write_atomic
 from tasks.core.topology import Topology
 from tasks.core.training.tensors import model_graph, split_times, steps_to_onset
