@@ -3,7 +3,7 @@ memory (cuDF on a GPU, pandas on a CPU) and builds X [T, E, F], labels and mask 
 through DLPack. Nothing of the size of X crosses the host or the disk: the host-side build
 (``tensors.prepare_tensors``) wrote X to ``data.npz`` and every rank read it back and copied it to its GPU.
 
-One body for both devices (the array-module pattern of ``stages.arrays``); its result equals
+One body for both devices (the array-module pattern of ``tasks.core.arrays``); its result equals
 ``prepare_tensors``'s (a test holds them together on the CPU). The stage hands the ranks a recipe (``data.json``)
 instead of the tensors; rank 0 writes the small arrays (times, splits, each feature's mean and std, the adjacency)
 to ``data.npz`` for evaluation and serving, and what it measured to ``data_info.json``."""
