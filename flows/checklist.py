@@ -34,6 +34,12 @@ def presubmit_checklist(
     for r in report["checks"]:
         print(f"{r['status'].upper():<5} {r['id']}: {r['evidence']}")
     print(f"verdict: {report['verdict']}")
+    if report["verdict"] == "pass":  # what the report deployment's trigger waits for
+        from prefect.events import emit_event
+
+        emit_event(
+            event="faultline.checklist.passed", resource={"prefect.resource.id": f"faultline.run.{report['run_id']}"}
+        )
     return report
 
 

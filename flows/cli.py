@@ -15,21 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.cli_parser import Parser, version
+from flows.cli_parser import EXIT_FAIL, EXIT_OK, EXIT_REJECTED, PROFILES, Parser, check_rejected, print_json, version
 
-EXIT_OK, EXIT_FAIL, EXIT_REJECTED = 0, 1, 2
-PROFILES = ("local", "gpu", "dgx")
 STAGES = ("validate", "ingest", "features", "train", "evaluate")
-
-
-def _print_json(obj: dict[str, Any]) -> None:
-    print(json.dumps(obj, default=str), flush=True)
 
 
 def _rejected(exc: Exception, args: argparse.Namespace, **extra: Any) -> int:
     print(f"error: {exc}", file=sys.stderr)
     if getattr(args, "json", False):
-        _print_json({"status": "rejected", "error": str(exc), **extra})
+        print_json({"status": "rejected", "error": str(exc), **extra})
     return EXIT_REJECTED
 
 
@@ -43,7 +37,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         return _rejected(exc, args)
-    _print_json(out) if args.json else print(json.dumps(out, indent=1, default=str))
+    print_json(out) if args.json else print(json.dumps(out, indent=1, default=str))
     return EXIT_OK
 
 
@@ -104,7 +98,7 @@ def _before_start(args: argparse.Namespace, overrides: list[str]) -> None:
 def _data_rejected(exc: Exception, args: argparse.Namespace) -> int:
     print(f"error: input data rejected: {exc}", file=sys.stderr)
     if args.json:
-        _print_json({"status": "rejected", "error": str(exc), "file": exc.file, "column": exc.column})
+        print_json({"status": "rejected", "error": str(exc), "file": exc.file, "column": exc.column})
     return EXIT_REJECTED
 
 
@@ -141,11 +135,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         if args.json:
-            _print_json({"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+            print_json({"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return EXIT_FAIL
     print(_human_summary(summary, time.time() - started), flush=True)
     if args.json:
-        _print_json(summary)
+        print_json(summary)
     return EXIT_OK if summary["status"] == "completed" else EXIT_FAIL
 
 
@@ -178,7 +172,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         refuse_literal_secrets(args.set)
         run_id = pipeline_run_id(load_config(args.profile, args.set), args.run)
     except ConfigError as exc:
-        return _check_rejected(exc, args)
+        return check_rejected(exc, args)
     from flows.checklist import presubmit_checklist
     from tasks.core.checklist.report import public
 
@@ -187,11 +181,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             run_id=run_id, profile=args.profile, overrides=list(args.set or []), probe_nccl=not args.no_probe
         )
     except ConfigError as exc:
-        return _check_rejected(exc, args)
+        return check_rejected(exc, args)
     _print_checks(report, "Pre-submission checklist")
     print(f"reports: {report['files']['markdown']}  {report['files']['json']}")
     if args.json:
-        _print_json(public(report))
+        print_json(public(report))
     return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
 
 
@@ -219,15 +213,8 @@ def cmd_tracking(args: argparse.Namespace) -> int:
     left = pending(tr.spool)
     print(f"{len(results)} journal(s) replayed, {len(left)} left")
     if args.json:
-        _print_json({"replayed": results, "left": [str(j) for j in left]})
+        print_json({"replayed": results, "left": [str(j) for j in left]})
     return EXIT_OK if not left else EXIT_FAIL
-
-
-def _check_rejected(exc: Exception, args: argparse.Namespace) -> int:
-    print(f"error: {exc}", file=sys.stderr)
-    if args.json:
-        _print_json({"verdict": "fail", "run_id": args.run, "error": str(exc), "checks": []})
-    return EXIT_REJECTED
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -237,7 +224,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report = environment_doctor()
     _print_checks(report, "Environment doctor")
     if args.json:
-        _print_json(public(report))
+        print_json(public(report))
     return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
 
 
@@ -278,7 +265,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(json.dumps({k: v for k, v in result.items() if k not in ("hardware", "runs")}, indent=1, default=str))
         print(f"wrote {result.get('json') or Path(cfg.paths.bench_results) / (name + '.json')}", file=sys.stderr)
     if args.json:
-        _print_json(out[suites[-1]] if len(suites) == 1 else out)
+        print_json(out[suites[-1]] if len(suites) == 1 else out)
     return EXIT_OK
 
 
@@ -353,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=version())
     p.add_argument("-v", "--verbose", action="count", default=0, help="more output (-v: Prefect, -vv: engines too)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for add in (_simulate_parser, _run_parser, _check_parser, _bench_parser):
+    from flows.report import report_parser
+
+    for add in (_simulate_parser, _run_parser, _check_parser, report_parser, _bench_parser):
         add(sub)
     return p
 

@@ -1,10 +1,28 @@
-"""The command line's parser: argparse with "did you mean", and the version it reports."""
+"""The command line's parser (argparse with "did you mean"), the version it reports, its exit codes and JSON."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import re
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_FAIL, EXIT_REJECTED = 0, 1, 2
+PROFILES = ("local", "gpu", "dgx")
+
+
+def print_json(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj, default=str), flush=True)
+
+
+def check_rejected(exc: Exception, args: argparse.Namespace) -> int:
+    """A bad profile, key or run id: one line on stderr, exit 2 (and the verdict JSON where asked)."""
+    print(f"error: {exc}", file=sys.stderr)
+    if args.json:
+        print_json({"verdict": "fail", "run_id": args.run, "error": str(exc), "checks": []})
+    return EXIT_REJECTED
 
 
 class Parser(argparse.ArgumentParser):

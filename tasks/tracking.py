@@ -298,11 +298,12 @@ def record_run(
         _log_training(tr, run_id, stages["train"])
     version = None
     if "evaluate" in stages:
-        held_out = summary_metrics(stages["evaluate"]["results"])
-        tr.log_metrics(run_id, held_out)
         for p in stages["evaluate"]["plots"].values():
             tr.log_artifact(run_id, stages["evaluate"].path / "plots" / p, "plots")
         version = _log_model(cfg, tr, run_id, stages, (data or {}).get("network") or cfg.workload.topology)
+        # after the logged model's own figures (the served stack's pr_auc, ...), which share the run's keys: the
+        # run's latest value of each key is then the GNN's, as the summary and the report say
+        tr.log_metrics(run_id, summary_metrics(stages["evaluate"]["results"]))
     if version:
         tags["registered_model"] = version
     tr.set_tags(run_id, tags)

@@ -23,6 +23,7 @@ CORE_LAYERS = {
     "stages": {"training"},
     "checklist": set(),
     "benchmarks": {"stages", "training"},
+    "report": {"checklist"},
 }
 
 

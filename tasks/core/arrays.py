@@ -1,5 +1,6 @@
 """Columns as arrays on the partition's own device: NumPy for pandas frames, CuPy for cuDF frames (the
-array-module pattern: one body runs on both; the backend itself is chosen once, in ``runtime``); shared by the stages and the training ranks."""
+array-module pattern: one body runs on both; the backend itself is chosen once, in ``runtime``). Shared by the
+features stage and the training ranks' on-device tensor build."""
 
 from __future__ import annotations
 

@@ -49,6 +49,8 @@ def test_mlflow_holds_the_run(first_run):
         run.data.metrics
     )
     assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 2  # one per epoch
+    for key in ("pr_auc", "roc_auc", "stack_pr_auc", "baseline_pr_auc"):  # the served model's own figures, logged
+        assert run.data.metrics[key] == summary["metrics"][key], key  # under the same keys, do not hide the GNN's
     assert run.data.tags["data_fingerprint"] and run.data.tags["code_version"]
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"plots", "manifests", "profile", "history.json", "features"} <= arts

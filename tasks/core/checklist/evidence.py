@@ -40,7 +40,8 @@ def find_run(tracker, run_id: str | None):
     """The pipeline run named by ``run_id`` (its MLflow run id, or the Prefect flow run id it was started by, bare
     or as the ``prefect.flow-run.<id>`` resource of a Prefect event), or the latest pipeline run in the experiment."""
     client = tracker.client
-    run_id = (run_id or "").removeprefix("prefect.flow-run.")  # a Prefect event's resource id (the trigger)
+    # a Prefect event's resource id (the triggers): a flow run's, or the run a passed checklist names
+    run_id = (run_id or "").removeprefix("prefect.flow-run.").removeprefix("faultline.run.")
     if not run_id:
         run = _latest(client, tracker.experiment_id)
         if run is None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tasks.core.arrays import micros, minutes
 from tasks.core.errors import DataRejected
 from tasks.core.schema import FAULT_ALARM, STEP_MINUTES
-from tasks.core.arrays import micros, minutes
 
 PRECURSOR_SEVERITIES = ("warning", "minor", "major")
 ALARM_WINDOW = 12  # samples (one hour) for alarm counts

@@ -19,6 +19,7 @@ import pandas as pd
 
 from gpu_kernels import neighbors as nb_kernel
 from gpu_kernels import rolling as roll_kernel
+from tasks.core.arrays import as_array, minutes, on_gpu, xp_of
 from tasks.core.config import FeaturesConfig
 from tasks.core.errors import DataRejected, InvariantBroken
 from tasks.core.schema import KPI_VALUES
@@ -32,7 +33,6 @@ from tasks.core.stages.alarm_log import (
     labels,
     minutes_since_alarm,
 )
-from tasks.core.arrays import as_array, minutes, on_gpu, xp_of
 from tasks.core.topology import Topology
 
 NEIGHBOUR_INPUTS = ("cpu_util", "temperature_c", "latency_ms", "packet_loss_pct", "if_errors", "alarms_1h")
