@@ -33,6 +33,7 @@
 #             weak scaling, which the checklist judges the run against
 #   check     faultline check on the newest GPU run (run's or e2e's), against this host's scaling report where the
 #             scaling step made one
+#   report    faultline report (HTML only) on the newest GPU run (run's or e2e's), after check where it ran
 #   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
 #   eval      the pipeline again from features on that lake (features and train cached): evaluation's time by part
 #   features  faultline bench features --profile gpu at the same size (pandas, Dask on all cores, GPU, kernels)
@@ -144,6 +145,9 @@ PY
     check) BR=$PWD/bench/results; [ -f $R/scaling.json ] && BR=$R
       $FL check --profile gpu --set paths.bench_results=$BR --run "$RUN" --json > $R/check.txt 2>&1
       echo "check $RUN rc=$?" >> $R/steps.log; cp /tmp/fl/root/store/checklists/$RUN/checklist.* $R/ 2>/dev/null ;;
+    report) # the submission report of the newest GPU run (the HTML: the host has no Chromium to print the PDF)
+      $FL report --profile gpu --run "$RUN" --no-pdf --out $R/report --json > $R/report.log 2>&1
+      echo "report $RUN rc=$?" >> $R/steps.log ;;
     util) LAKE=$(ls -d /tmp/fl/root/store/ingest/*/ | head -1)
       for i in $(seq ${UTIL_N:-5}); do
         $FL run --profile gpu --topology backbone/world --days 14 --from features --lake "$LAKE" --until train \
