@@ -15,7 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.cli_parser import EXIT_FAIL, EXIT_OK, EXIT_REJECTED, PROFILES, Parser, check_rejected, print_json, version
+from flows.cli_parser import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_REJECTED,
+    PROFILES,
+    Parser,
+    check_rejected,
+    print_json,
+    report_parser,
+    version,
+)
 
 STAGES = ("validate", "ingest", "features", "train", "evaluate")
 
@@ -340,8 +350,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=version())
     p.add_argument("-v", "--verbose", action="count", default=0, help="more output (-v: Prefect, -vv: engines too)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    from flows.report import report_parser
-
     for add in (_simulate_parser, _run_parser, _check_parser, report_parser, _bench_parser):
         add(sub)
     return p

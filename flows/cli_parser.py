@@ -7,6 +7,7 @@ import contextlib
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_REJECTED = 0, 1, 2
@@ -48,3 +49,33 @@ def version() -> str:
     with contextlib.suppress(PackageNotFoundError):
         return f"faultline {installed('faultline')} (code {code_version()})"
     return f"faultline (code {code_version()}, not installed as a package)"
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``faultline report``: the flow's work without a Prefect start-up; a bad profile or run id -> exit 2 at once."""
+    from tasks.core.checklist.evidence import pipeline_run_id
+    from tasks.core.config import load_config
+    from tasks.core.errors import ConfigError
+
+    try:
+        run_id = pipeline_run_id(load_config(args.profile, args.set), args.run)
+    except ConfigError as exc:
+        return check_rejected(exc, args)
+    from tasks.report import write_report
+
+    r = write_report(args.profile, args.set, run_id, Path(args.out) if args.out else None, not args.no_pdf)
+    print(f"report: {r['html']}" + (f"  {r['pdf']} ({r['pages']} pages)" if r["pdf"] else ""))
+    if args.json:
+        print_json(r)
+    return EXIT_OK
+
+
+def report_parser(sub) -> None:
+    r = sub.add_parser("report", help="the submission report of a pipeline run (HTML and PDF)")
+    r.add_argument("--run", help="MLflow run id or Prefect flow run id (default: the latest pipeline run)")
+    r.add_argument("--out", help="folder for report.html and report.pdf (default: store/reports/<run id>)")
+    r.add_argument("--profile", default="local", choices=PROFILES)
+    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    r.add_argument("--no-pdf", action="store_true", help="the HTML only")
+    r.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
+    r.set_defaults(func=cmd_report)

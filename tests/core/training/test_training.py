@@ -144,8 +144,7 @@ def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
         f"""
         from pathlib import Path
         from tasks.core.config import load_config
-        from tasks.core.training.frame_tensors import write_recipe
-from tasks.core.training.launch import launch_training, training_spec
+        from tasks.core.training.launch import launch_training, training_spec
         cfg = load_config("local", {[*SETTINGS, "train.epochs=200"]!r})
         work = Path({str(work)!r})
         spec = training_spec("horovod", "cpu", cfg.train, Path({str(data)!r}), work / "ckpt", work, "orphan-fp")
