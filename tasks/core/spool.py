@@ -296,4 +296,6 @@ def _deliver(tr: Any, method: str, kw: dict[str, Any], known: dict[str, str], id
 
         saved = torch.load(base / kw.pop("saved"), weights_only=False)
         kw.update(model=saved["model"], example=saved["example"])
-    getattr(tr, method)(**kw)
+    got = getattr(tr, method)(**kw)
+    if method == "log_served_model" and got and kw.get("registered_name"):  # the tag the live run would have had
+        tr.set_tags(kw["run_id"], {"registered_model": f"{kw['registered_name']}/{got}"})

@@ -68,6 +68,7 @@ def test_a_served_model_logged_during_an_outage_is_journaled_and_registered_on_r
     real = replay(journal, lambda _: store)["runs"][run]
     (version,) = store.client.search_model_versions("name = 'm'")
     assert version.run_id == real and version.tags["serves"] == "stack"
+    assert store.client.get_run(real).data.tags["registered_model"] == "m/1"  # as the live run would be tagged
     mlflow.set_tracking_uri(store.uri)
     loaded = mlflow.pyfunc.load_model("models:/m/1")
     assert loaded.predict(np.zeros((1, 3), np.float32)).tolist() == [[0.25, 0.25, 0.25]]

@@ -97,6 +97,9 @@ def test_pipeline_with_the_server_down_from_the_start(tmp_path):
     assert summary["tracking"].startswith("journaled"), summary["tracking"]
 
     with mlflow_server(port, tmp_path / "server"):
+        check = faultline("check", "--run", summary["mlflow_run_id"], *where, root=tmp_path)
+        assert check.returncode == 2 and "faultline tracking replay" in check.stderr, check.stderr[-2000:]
+        assert len(check.stderr.strip().splitlines()) == 1
         replay = faultline("tracking", "replay", *where, "--json", root=tmp_path)
         assert replay.returncode == 0, replay.stderr[-2000:]
         (done,) = last_json(replay.stdout)["replayed"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from tasks.core.errors import ConfigError
 from tasks.core.runtime import detect_hardware
+from tasks.core.secrets import redact_text
 
 
 class RunNotFound(ConfigError):
@@ -49,6 +50,11 @@ def find_run(tracker, run_id: str | None):
                 f"no pipeline run in experiment {tracker.experiment_id} at {tracker.uri}: run the pipeline"
             )
         return run
+    if run_id.startswith("spooled-"):  # a run tracked while the server was down: its calls wait in a journal
+        raise RunNotFound(
+            f"run {run_id} is journaled, not yet in MLflow at {redact_text(tracker.uri)}: `faultline tracking "
+            "replay` sends it (it also goes at the next run's start), then check the MLflow run id the replay prints"
+        )
     try:
         return client.get_run(run_id)
     except Exception:
