@@ -19,7 +19,7 @@ from tasks.evaluate import evaluate_task
 from tasks.features import features_task
 from tasks.ingest import ingest_task
 from tasks.runner import store_root, value
-from tasks.runs import describe_run, mark_crashed_run, publish_links, recover_crashed_runs, revive_run
+from tasks.runs import mark_crashed_run, publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
 from tasks.tracking import (
     data_identity,
@@ -140,8 +140,7 @@ def fault_prediction_pipeline(
         finally:
             beat.finish(summary["status"])
             summary.update(stage_summary(stages))
-            summary.update(finish_tracking(cfg, run_id, summary, run_dir))
-    describe_run(cfg, summary, publish_links(summary))
+            summary.update(finish_tracking(cfg, run_id, summary, run_dir, publish_links))
     return summary
 
 

@@ -121,16 +121,3 @@ def publish_links(summary: dict[str, Any]) -> str:
     text = "\n".join(lines) + "\n"
     publish_markdown("run-links", text, "MLflow and GX links")
     return text
-
-
-def describe_run(cfg: FaultlineConfig, summary: dict[str, Any], links: str) -> None:
-    """The MLflow run's description (the Overview's "Description", MLflow's ``mlflow.note.content`` tag): the
-    run's links, so the MLflow run leads back to the Prefect run and the Data Docs. Not while tracking is
-    journaled (the run id is provisional then); a failure to set it is logged, never fails the run."""
-    run = summary.get("mlflow_run_id")
-    if not run or str(summary.get("tracking", "")).startswith("journaled"):
-        return
-    try:
-        tracker_for(cfg).set_tags(run, {"mlflow.note.content": links})
-    except Exception as e:  # the run's outcome stands without its description
-        logger().warning("MLflow run %s: description not set (%s)", run, e)

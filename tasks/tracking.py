@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import platform
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -158,20 +159,39 @@ def system_metrics(cfg: FaultlineConfig, run_id: str) -> Iterator[str]:
 
 
 @task(name="finish-tracking", **TASK_OPTIONS)
-def finish_tracking(cfg: FaultlineConfig, run_id: str, summary: dict[str, Any], work: Path) -> dict[str, Any]:
-    """End the MLflow run; after an outage, replay its journal if the server is back. Returns the summary's
-    tracking fields (the run id changes when the run was started offline)."""
+def finish_tracking(
+    cfg: FaultlineConfig,
+    run_id: str,
+    summary: dict[str, Any],
+    work: Path,
+    describe: Callable[[dict[str, Any]], str] | None = None,
+) -> dict[str, Any]:
+    """End the MLflow run with its description (``describe``: the summary -> the Overview's "Description", MLflow's
+    ``mlflow.note.content``: the run's links); after an outage, replay its journal (the description among its calls)
+    if the server is back. Returns the summary's tracking fields (the run id changes when the run was started
+    offline)."""
     tr = tracker_for(cfg)
     out: dict[str, Any] = {}
     if tr.offline:
         out["tracking"] = f"journaled in {tr.journal.dir} (server unreachable: {tr.offline}); not replayed yet"
     (work / "summary.json").write_text(json.dumps({**summary, **out}, indent=1, default=str))
     tr.log_artifact(run_id, work / "summary.json")
+    if describe is not None:  # journaled with the rest while the server is down
+        _describe(tr, run_id, describe({**summary, **out}))
     tr.end_run(run_id, "FINISHED" if summary.get("status") == "completed" else "FAILED")
     for replayed in tr.finish():
         out["tracking"] = f"replayed after an outage from {replayed['journal']}"
         out["mlflow_run_id"] = replayed["runs"].get(run_id, run_id)
+    if describe is not None and "mlflow_run_id" in out:  # delivered just now: described as it stands now
+        _describe(tr, out["mlflow_run_id"], describe({**summary, **out}))
     return out
+
+
+def _describe(tr: ResilientTracker, run_id: str, text: str) -> None:
+    try:
+        tr.set_tags(run_id, {"mlflow.note.content": text})
+    except Exception as e:  # the run's outcome stands without its description
+        logging.getLogger("faultline").warning("MLflow run %s: description not set (%s)", run_id, redact_text(str(e)))
 
 
 def _stage_tags(stages: dict[str, StageResult]) -> dict[str, str]:

@@ -109,4 +109,5 @@ def test_pipeline_with_the_server_down_from_the_start(tmp_path):
         got = MlflowClient(f"http://127.0.0.1:{port}").get_run(real)
         assert got.info.status == "FINISHED" and got.data.params["workload.topology"] == "topozoo/Abilene"
         assert got.data.tags["prefect_flow_run_id"] == summary["run_id"]
+        assert "journaled" in got.data.tags["mlflow.note.content"]  # the description, journaled with the rest
         assert got.data.metrics["validate.rows_in"] == summary["stages"]["validate"]["rows_in"]
