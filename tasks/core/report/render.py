@@ -174,11 +174,18 @@ def performance(ev: Evidence) -> str:
         out += missing("No GPU utilization timeline: this run trained on the CPU.", "faultline run --profile gpu")
     top = ((man.get("train") or {}).get("kernel_timeline") or {}).get("top_kernels") or []
     if top:
-        keys = [k for k in ("name", "calls", "total_ms", "share") if k in top[0]]
-        out += "<h3>Top kernels of the profiled steps</h3>" + table(
-            keys, [[esc(r.get(k)) for k in keys] for r in top[:10]]
-        )
+        out += "<h3>Top kernels of the profiled steps</h3>" + top_kernels(top)
     return section("performance", "Performance", out)
+
+
+def top_kernels(top: list[dict[str, Any]]) -> str:
+    """The profiler's CUDA kernels by GPU time (``kernel_timeline.top_kernels``: kernel, calls, total_us)."""
+    rows = [
+        [f"<code>{esc(str(r.get('kernel'))[:90])}</code>", esc(r.get("calls")),
+         _fmt((r.get("total_us") or 0) / 1000, "{:.1f}")]
+        for r in top[:10]
+    ]  # fmt: skip
+    return table(["kernel", "calls", "GPU time (ms)"], rows)
 
 
 def energy(ev: Evidence) -> str:
