@@ -86,6 +86,30 @@ class SharedPrefect:
 SHARED_PREFECT = SharedPrefect()
 
 
+def prefect_api(path: str, body: dict | None = None):
+    """A call to the suite's shared Prefect API (POST with ``body``, else GET); the JSON it answers."""
+    import json
+
+    req = urllib.request.Request(
+        f"{SHARED_PREFECT.start()}{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json"},
+        method="POST" if body is not None else "GET",
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def wait_for(check, timeout: float, what: str):
+    """``check()``'s first truthy answer within ``timeout`` seconds, else a failure naming ``what``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if got := check():
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} within {timeout:.0f} s")
+
+
 def faultline(*args: str, root: Path, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI in a subprocess, its flow runs recorded in the suite's shared Prefect API (unless ``env`` names
     an API or a home of its own)."""

@@ -12,7 +12,7 @@ import pytest
 from tasks.core.checklist import checks as cl
 from tasks.core.checklist import report as rep
 from tests.core.checklist.test_checks import SCALING
-from tests.helpers import faultline, last_json
+from tests.helpers import faultline, last_json, prefect_api, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
 
@@ -97,6 +97,10 @@ def test_check_cli_on_the_real_run(pipeline_run, tmp_path):
         "checklist/checklist.md",
     }
     assert client.get_run(summary["mlflow_run_id"]).data.tags["checklist_verdict"] == "pass"
+    # what the report deployment's trigger waits for: the pass, naming the run
+    passed = {"filter": {"event": {"name": ["faultline.checklist.passed"]}, "resource": {"id": [
+        f"faultline.run.{summary['mlflow_run_id']}"]}}}  # fmt: skip
+    wait_for(lambda: prefect_api("/events/filter", passed).get("events"), 60, "faultline.checklist.passed event")
 
 
 def test_check_without_any_run_says_so(tmp_path):

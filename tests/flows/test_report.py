@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import faultline, last_json
+from tests.helpers import REPO, SHARED_PREFECT, faultline, last_json, prefect_api
 
 pytestmark = pytest.mark.browser
 SECTIONS = ("summary", "comparison", "dag", "architecture", "complexity", "kernels", "performance", "energy",
@@ -81,3 +84,25 @@ def test_a_bad_run_id_is_refused_at_once(pipeline_run, tmp_path):
     proc = faultline("report", "--run", "nope", "--set", f"paths.root={root}", "--json", root=root)
     assert proc.returncode == 2 and "no pipeline run 'nope'" in proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+
+
+def test_the_report_flow_attaches_it_to_the_mlflow_run_and_to_prefect(pipeline_run, tmp_path):
+    """The report deployment's flow, with the run id as its trigger passes it (the passed event's resource)."""
+    from mlflow.tracking import MlflowClient
+
+    root, summary, _ = pipeline_run
+    rid = summary["mlflow_run_id"]
+    code = (
+        "import json; from flows.report import submission_report; "
+        f"print(json.dumps(submission_report(run_id='faultline.run.{rid}', overrides=['paths.root={root}'])))"
+    )
+    env = {**os.environ, "PREFECT_API_URL": SHARED_PREFECT.start(), "PREFECT_HOME": str(tmp_path / "prefect")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["run_id"] == rid and Path(result["html"]).parent == Path(root) / "store" / "reports" / rid
+    assert result["pages"] >= 3 and Path(result["pdf"]).is_file()
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    assert {a.path for a in client.list_artifacts(rid, "report")} == {"report/report.html", "report/report.pdf"}
+    shown = prefect_api("/artifacts/filter", {"artifacts": {"key": {"any_": ["submission-report"]}}})
+    assert any(rid in a["data"] for a in shown), shown
