@@ -27,7 +27,7 @@
 #   trainab   bench/device/train_ab.py: the same bench size with Horovod, a base tree (a git archive carried as
 #             .devparts/base.tgz, unpacked by start) vs this one, alternating, 3 runs each
 #   hostab    the run again with the training tensors built on the host (train.tensors=host): train and evaluate
-#             A/B against the run's on-GPU build, same card and lease
+#             A/B against the run's on-GPU build, on the same host in one chain
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
 #   scaling   faultline bench scaling --profile gpu --size SCALING_SIZE (default small): this host's own strong and
 #             weak scaling, which the checklist judges the run against
@@ -134,7 +134,7 @@ PY
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
       manifests /tmp/fl/bench ;;
     hostab) # the GPU path again from its cached features, the training tensors built on the host (the stage,
-      # data.npz) instead of on each rank's GPU: train and evaluate A/B on the same card and lease
+      # data.npz) instead of on each rank's GPU: train and evaluate A/B on the same host in one chain
       $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --set train.tensors=host --json \
         > $R/run_host.json 2> $R/run_host.log
       echo "hostab rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store
