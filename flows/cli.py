@@ -24,6 +24,7 @@ from flows.cli_parser import (
     check_rejected,
     print_json,
     report_parser,
+    run_args,
     version,
 )
 
@@ -309,9 +310,7 @@ def _run_parser(sub) -> None:
 
 def _check_parser(sub) -> None:
     c = sub.add_parser("check", help="pre-submission checklist of a pipeline run (exit 1 when a check fails)")
-    c.add_argument("--run", help="MLflow run id or Prefect flow run id (default: the latest pipeline run)")
-    c.add_argument("--profile", default="local", choices=PROFILES)
-    c.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    run_args(c)
     c.add_argument("--no-probe", action="store_true", help="skip the live NCCL pairwise probe")
     c.add_argument("--json", action="store_true", help="print the report as one JSON object on the last line")
     c.set_defaults(func=cmd_check)

@@ -70,12 +70,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_args(p: argparse.ArgumentParser) -> None:
+    """What every command about one pipeline run takes: which run, and the profile and overrides naming its store."""
+    p.add_argument("--run", help="MLflow run id or Prefect flow run id (default: the latest pipeline run)")
+    p.add_argument("--profile", default="local", choices=PROFILES)
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+
+
 def report_parser(sub) -> None:
     r = sub.add_parser("report", help="the submission report of a pipeline run (HTML and PDF)")
-    r.add_argument("--run", help="MLflow run id or Prefect flow run id (default: the latest pipeline run)")
+    run_args(r)
     r.add_argument("--out", help="folder for report.html and report.pdf (default: store/reports/<run id>)")
-    r.add_argument("--profile", default="local", choices=PROFILES)
-    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     r.add_argument("--no-pdf", action="store_true", help="the HTML only")
     r.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
     r.set_defaults(func=cmd_report)
