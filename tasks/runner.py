@@ -6,6 +6,7 @@ a stage task is the stage's own lines around it.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,13 @@ def spark_stage(rt, stage: str, out: Path, body) -> dict[str, Any]:
     RAPIDS Accelerator said about its plans (``rapids``: None when the plugin is off)."""
     from tasks.core.sparkops import RapidsReport, stage_spark
 
+    started = time.perf_counter()
     with stage_spark(rt.spark_conf, stage) as spark:
+        spark_start_s = round(time.perf_counter() - started, 3)  # the JVM (first stage) and the application
         with RapidsReport(spark, out / "rapids_explain.log") as rapids:
             result = body(spark)
         report = rapids.summary()
+    result["timings_s"] = {"spark_start": spark_start_s, **result.get("timings_s", {})}
     if report:
         gpu = f"{report['gpu_share']:.0%}" if report["gpu_share"] is not None else "n/a"
         logger().info(

@@ -91,12 +91,23 @@ def threshold_for_budget(
     ``budget`` on this grid, lowering it only while the budget holds; +inf when no threshold does."""
     element_days = score.shape[0] * score.shape[1] * step_minutes / (24 * 60)
     values = np.asarray(score)[np.asarray(usable, bool)]
-    best = float("inf")
-    for thr in np.unique(np.quantile(values, np.linspace(1.0, 0.0, candidates)))[::-1]:
-        if false_episodes(score >= thr, label, usable) / element_days > budget:
-            break
-        best = float(thr)
-    return best
+    candidates = np.unique(np.quantile(values, np.linspace(1.0, 0.0, candidates)))[::-1]
+    within = false_episode_counts(score, label, usable, candidates) / element_days <= budget
+    first_over = len(candidates) if within.all() else int(np.argmin(within))
+    return float(candidates[first_over - 1]) if first_over else float("inf")
+
+
+def false_episode_counts(score: np.ndarray, label: np.ndarray, usable: np.ndarray, thresholds) -> np.ndarray:
+    """``false_episodes(score >= thr, label, usable)`` for every ``thr`` at once: with ``f`` the score where a false
+    alert is possible (label 0, usable; -inf elsewhere), an episode starts at step t for exactly the thresholds in
+    (f[t-1], f[t]], so the count is #{f >= thr} - #{min(f[t-1], f[t]) >= thr}: two sorts, no loop over
+    thresholds."""
+    score = np.asarray(score, np.float64)
+    f = np.where((np.asarray(label) == 0) & np.asarray(usable, bool) & ~np.isnan(score), score, -np.inf)
+    both = np.minimum(f, np.vstack([np.full((1, f.shape[1]), -np.inf), f[:-1]]))
+    thr = np.asarray(thresholds, np.float64)
+    at_least = [f.size - np.searchsorted(np.sort(a, axis=None), thr, side="left") for a in (f, both)]
+    return at_least[0] - at_least[1]
 
 
 def alert_quality(

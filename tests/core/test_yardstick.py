@@ -9,6 +9,7 @@ from tasks.core.metrics import pr_auc
 from tasks.core.yardstick import (
     alert_quality,
     calibration_error,
+    false_episode_counts,
     false_episodes,
     onsets,
     paired_bootstrap,
@@ -88,6 +89,32 @@ def test_threshold_for_budget_is_the_lowest_that_keeps_the_budget():
         thresholds.append(thr)
     assert thresholds[0] > thresholds[1] > thresholds[2]  # a larger budget buys a lower threshold
     assert threshold_for_budget(score, label, usable, 1e-9, 5) >= score[label == 0].max()
+
+
+def test_false_episode_counts_equal_one_count_per_threshold():
+    """The two-sort count equals ``false_episodes`` threshold by threshold, with ties, unusable cells, NaN scores
+    and thresholds at, between and beyond the scores; and the budget search equals the threshold-by-threshold loop
+    it replaces."""
+    rng = np.random.default_rng(5)
+    label = (rng.random((300, 7)) < 0.1).astype(int)
+    score = np.round(rng.random(label.shape), 2)
+    score[rng.random(label.shape) < 0.01] = np.nan
+    usable = rng.random(label.shape) < 0.9
+    thresholds = np.concatenate([np.unique(score[~np.isnan(score)]), [-1.0, 0.005, 2.0]])
+    counts = false_episode_counts(score, label, usable, thresholds)
+    assert list(counts) == [false_episodes(score >= t, label, usable) for t in thresholds]
+
+    def loop(budget, candidates=200):  # the search as a loop over the quantiles, highest first
+        days, best = score.size * 5 / 1440, float("inf")
+        for t in np.unique(np.quantile(score[usable], np.linspace(1.0, 0.0, candidates)))[::-1]:
+            if false_episodes(score >= t, label, usable) / days > budget:
+                break
+            best = float(t)
+        return best
+
+    score = np.nan_to_num(score, nan=0.0)  # quantiles of NaN are NaN: the search is defined on real scores
+    for budget in (0.0, 0.3, 3.0, 1e9):
+        assert threshold_for_budget(score, label, usable, budget, 5) == loop(budget), budget
 
 
 def test_calibration_error():

@@ -34,10 +34,15 @@ class Tree:
     device: str
     val_aucpr: float
 
-    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+    def predict_proba(self, x) -> np.ndarray:
+        """[P(no fault), P(fault)] per row of ``x`` (NumPy, or CuPy: predicted where it lives, returned on the
+        host)."""
         import xgboost as xgb
 
-        p = self.booster.predict(xgb.DMatrix(x), iteration_range=(0, self.n_iter_))
+        if hasattr(x, "__cuda_array_interface__"):
+            p = self.booster.inplace_predict(x, iteration_range=(0, self.n_iter_)).get()
+        else:
+            p = self.booster.predict(xgb.DMatrix(x), iteration_range=(0, self.n_iter_))
         return np.column_stack([1 - p, p])
 
 
@@ -69,18 +74,17 @@ def _params(point: dict, seed: int, device: str) -> dict:
     }
 
 
-def fit_tree(df, names: list[str], train: np.ndarray, val: np.ndarray, seed: int, device: str = "auto") -> Tree:
-    """XGBoost on the training rows: each grid point stopped early (patience ``PATIENCE``) on the validation
-    window's rows, the one with the best validation PR-AUC kept. Without validation rows: the middle grid point for
-    a fixed ``FIXED_ROUNDS`` (nothing to tune on)."""
-    x, y = df.loc[train, names].to_numpy(np.float32), df.loc[train, "label"].to_numpy()
-    return fit_tree_arrays(x, y, df.loc[val, names].to_numpy(np.float32), df.loc[val, "label"].to_numpy(), seed, device)
-
-
-def fit_tree_arrays(x, y, xv, yv, seed: int, device: str = "auto") -> Tree:
+def fit_tree(x, y, xv, yv, seed: int, device: str = "auto") -> Tree:
+    """XGBoost on the training rows ``x``, ``y``: each grid point stopped early (patience ``PATIENCE``) on the
+    validation window's rows ``xv``, ``yv``, the one with the best validation PR-AUC kept. Without validation rows:
+    the middle grid point for a fixed ``FIXED_ROUNDS`` (nothing to tune on). ``x`` and ``xv`` may be CuPy arrays:
+    the DMatrix is then built in GPU memory."""
     import xgboost as xgb
 
-    device = tree_device(device)
+    from tasks.core.metrics import array_module
+
+    device, xp = tree_device(device), array_module(x)
+    y, yv = xp.asarray(y), xp.asarray(yv)
     dtrain = xgb.QuantileDMatrix(x, y)
     if len(yv) == 0 or yv.min() == yv.max():  # nothing to stop on or rank by
         booster = xgb.train(_params(TREE_GRID[1], seed, device), dtrain, FIXED_ROUNDS)
@@ -143,23 +147,21 @@ def oracle_features(hidden: dict, adj: sp.csr_matrix, t_abs: np.ndarray, e: np.n
 def oracle_scores(hidden: dict, topo, df, windows, seed: int, device: str = "auto") -> dict[str, dict]:
     """The oracles' scores on the rows ``span`` selects: the tuned tree fitted (on the ``train`` rows, stopped on the
     ``val`` rows) to the element's own hidden state (``oracle_own``) and to the full state, neighbours included
-    (``oracle``). The gap between the two is the graph's share of the signal."""
-    import pandas as pd
-
+    (``oracle``). The gap between the two is the graph's share of the signal. ``df``: the rows' step (``t_us``)
+    and element (``e_idx``, the topology's order), and ``label``."""
     train, val, span = windows
     indptr, indices = topo.csr()
     adj = sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(topo.n, topo.n))
-    t_us = pd.DatetimeIndex(df["timestamp"]).as_unit("us").asi8
-    t_abs = (t_us - hidden["start_us"]) // hidden["step_us"]
-    e_abs = df["element_id"].map({e: i for i, e in enumerate(hidden["elements"])}).to_numpy()
-    if (t_abs < 0).any() or (t_abs >= len(hidden["drift"])).any() or pd.isna(e_abs).any():
+    t_abs = (df["t_us"].to_numpy() - hidden["start_us"]) // hidden["step_us"]
+    at = {e: i for i, e in enumerate(hidden["elements"])}
+    e_abs = np.array([at.get(e, -1) for e in topo.element_ids], np.int64)[df["e_idx"].to_numpy()]
+    if (t_abs < 0).any() or (t_abs >= len(hidden["drift"])).any() or (e_abs < 0).any():
         raise ValueError("the simulator's hidden state does not cover every evaluated row (another simulation?)")
-    e_abs = e_abs.astype(np.int64)
     y = df["label"].to_numpy()
     out = {}
     for name, full in (("oracle_own", False), ("oracle", True)):
         x = oracle_features(hidden, adj, t_abs, e_abs, full)
-        tree = fit_tree_arrays(x[train], y[train], x[val], y[val], seed, device)
+        tree = fit_tree(x[train], y[train], x[val], y[val], seed, device)
         out[name] = {"tree": tree, "scores": tree.predict_proba(x[span])[:, 1]}
     return out
 
@@ -167,15 +169,17 @@ def oracle_scores(hidden: dict, topo, df, windows, seed: int, device: str = "aut
 STACK_WEIGHTS = np.linspace(0.0, 1.0, 11)
 
 
-def stack_scores(model: np.ndarray, tree: np.ndarray, y: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, dict]:
+def stack_scores(model: np.ndarray, tree: np.ndarray, y: np.ndarray, val: np.ndarray, xp=np) -> tuple[np.ndarray, dict]:
     """The GBDT + GNN stack: ``w * tree + (1 - w) * model`` (both probabilities), ``w`` the grid point with the best
     PR-AUC on the validation rows ``val`` alone (ties: the larger tree weight, the simpler model). Where
-    validation cannot rank (no rows, one class), the tree alone."""
+    validation cannot rank (no rows, one class), the tree alone. ``xp``: where the weights are ranked (CuPy: on the
+    GPU)."""
     from tasks.core.metrics import pr_auc
 
     yv = y[val]
     if len(yv) == 0 or yv.min() == yv.max():
         return tree.copy(), {"tree_weight": 1.0, "val_pr_auc": float("nan")}
-    scored = [(pr_auc(yv, w * tree[val] + (1 - w) * model[val]), w) for w in STACK_WEIGHTS]
+    yd, tv, mv = (xp.asarray(a) for a in (yv, tree[val], model[val]))
+    scored = [(pr_auc(yd, w * tv + (1 - w) * mv), w) for w in STACK_WEIGHTS]
     best, w = max(scored, key=lambda s: (s[0], s[1]))
     return w * tree + (1 - w) * model, {"tree_weight": float(w), "val_pr_auc": best}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import pandas as pd
 import torch
 
 from tasks.core.config import EvaluateConfig
+from tasks.core.laps import Laps
 from tasks.core.metrics import classification_metrics, lead_times
 from tasks.core.stages.baselines import fit_tree, oracle_scores, read_hidden, stack_scores
 from tasks.core.stages.serving import write_served
@@ -50,22 +50,65 @@ def model_scores(model_path: Path, data_path: Path, ts: np.ndarray, device: str 
     return score_snapshots(model.to(device), x, adj, ts, ck["window"], batch=batch).cpu().numpy()
 
 
-def _rows(features_dir: Path, names: list[str]) -> pd.DataFrame:
-    return pd.read_parquet(
-        features_dir, columns=["element_id", "timestamp", *names, "label", "in_fault", "minutes_to_fault"]
-    )
+META = ("label", "in_fault", "minutes_to_fault")  # beside each row's step (t_us) and element (e_idx)
 
 
-class Laps:
-    """Seconds of each part of a computation, in order: ``lap(name)`` closes the part that ends now."""
+def read_rows(features_dir: Path, names: list[str], topo: Topology, gpu: bool) -> tuple[pd.DataFrame, Any]:
+    """The rows' time (``t_us``, microseconds), element (``e_idx``, the topology's order), label and rule columns as
+    a pandas frame, and the feature matrix [rows, F] in float32 where the tree fits. On the GPU (``gpu``) the
+    Parquet is read through cuDF, the index columns computed there and only numbers cross to the host; the matrix
+    stays in GPU memory (CuPy)."""
+    from tasks.core.arrays import micros
+    from tasks.core.training.frame_tensors import element_codes, feature_files
 
-    def __init__(self) -> None:
-        self.start, self.seconds = time.perf_counter(), {}
+    cols = list(dict.fromkeys(["element_id", "timestamp", *META, *names]))
+    if gpu:
+        import cudf
 
-    def __call__(self, name: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name] = round(now - self.start, 3)
-        self.start = now
+        f = cudf.read_parquet(feature_files(features_dir), columns=cols)
+        x = f[names].to_cupy(dtype="float32", na_value=np.nan)
+    else:
+        f = pd.read_parquet(feature_files(features_dir), columns=cols)
+        x = f[names].to_numpy(np.float32)
+    rows = f[[*META, *(c for c in RULE_WEIGHTS if c not in META)]]
+    rows = rows.to_pandas() if gpu else rows.copy()
+    rows["t_us"] = _host(micros(f["timestamp"]))
+    rows["e_idx"] = _host(element_codes(f["element_id"], topo, features_dir))
+    return rows, x
+
+
+def _host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def gpu_rows(device: str) -> bool:
+    """Rows read into GPU memory where the models score there and cuDF is installed."""
+    if device != "cuda":
+        return False
+    try:
+        import cudf  # noqa: F401
+    except ImportError:  # a CUDA torch without RAPIDS
+        return False
+    return True
+
+
+def metrics_module(device: str):
+    """Where the held-out metrics are computed: CuPy on the GPU the models scored on, else NumPy."""
+    if device == "cuda":
+        try:
+            import cupy
+
+            return cupy
+        except ImportError:
+            pass
+    return np
+
+
+def _on(x, mask: np.ndarray):
+    """``mask`` on the device of ``x`` (a boolean row selection of a NumPy or CuPy matrix)."""
+    from tasks.core.metrics import array_module
+
+    return array_module(x).asarray(mask)
 
 
 def evaluate(
@@ -84,35 +127,33 @@ def evaluate(
     lap = Laps()  # seconds of each part, in the manifest: where evaluation's time goes
     d = np.load(data_path)
     times, test_t = d["times"], d["test_t"]
-    val_start = int(d["train_t"][-1]) + 1 if len(d["train_t"]) else 0
-    df = _rows(features_dir, names)
-    t_idx = np.searchsorted(times, pd.DatetimeIndex(df["timestamp"]).as_unit("us").asi8)
-    e_idx = df["element_id"].map({e: i for i, e in enumerate(topo.element_ids)}).to_numpy()
+    device = score_device(cfg.tree_device)
+    df, x = read_rows(features_dir, names, topo, gpu_rows(device))
+    t_idx, e_idx = np.searchsorted(times, df["t_us"].to_numpy()), df["e_idx"].to_numpy()
     usable = df["in_fault"].to_numpy() == 0
-    step = float(np.median(np.diff(times))) / 60e6 if len(times) > 1 else 5.0
-    horizon = max(1, int(round(horizon_minutes / step)))  # steps a label looks ahead: the purge at each boundary
-    train = usable & (t_idx < val_start - horizon)
-    train = train if train.any() else usable & (t_idx < val_start)  # a window too short to purge
-    val = usable & (t_idx >= val_start) & (t_idx < test_t[0] - horizon)
+    step, horizon, train, val = _fit_windows(d, t_idx, usable, horizon_minutes)
     lap("read_rows")
-    tree = fit_tree(df, names, train, val, seed, cfg.tree_device)
+    y = df["label"].to_numpy()
+    tree = fit_tree(x[_on(x, train)], y[train], x[_on(x, val)], y[val], seed, cfg.tree_device)
     lap("tree_fit")
     ts = np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive snapshots
     span = t_idx >= ts[0]
     rows = df[span].reset_index(drop=True)
-    scores = {"tree": tree.predict_proba(rows[names].to_numpy(np.float32))[:, 1]}
+    scores = {"tree": tree.predict_proba(x[_on(x, span)])[:, 1]}
+    del x
     lap("tree_predict")
     hidden = read_hidden(raw) if raw and cfg.oracles else None
     oracles = oracle_scores(hidden, topo, df, (train, val, span), seed, cfg.tree_device) if hidden else {}
     _ = oracles and lap("oracles")
-    grid = model_scores(model_path, data_path, ts, score_device(cfg.tree_device))
+    grid = model_scores(model_path, data_path, ts, device)
     scores = {"model": grid[t_idx[span] - ts[0], e_idx[span]], **scores, "rule": rule_scores(rows)}
     val_rows = (t_idx[span] < test_t[0] - horizon) & usable[span]  # validation, its last horizon purged
-    stack = _stack(scores, rows["label"].to_numpy(), val_rows) if cfg.stack else None
+    xp = metrics_module(device)
+    stack = _stack(scores, rows["label"].to_numpy(), val_rows, xp) if cfg.stack else None
     scores.update({k: o["scores"] for k, o in oracles.items()})
     lap("model_scores")
     test = (t_idx[span] >= test_t[0]) & usable[span]
-    results = _test_metrics(rows[test].reset_index(drop=True), {k: s[test] for k, s in scores.items()}, cfg)
+    results = _test_metrics(rows[test].reset_index(drop=True), {k: s[test] for k, s in scores.items()}, cfg, xp)
     windows = {"val": (int(ts[0]), int(test_t[0])), "test": (int(test_t[0]), len(times))}
     cells = (t_idx[span], e_idx[span], topo.n)
     for name, alerts in validated_alerts(rows, cells, scores, windows, horizon, step, cfg).items():
@@ -130,9 +171,22 @@ def evaluate(
     }
 
 
-def _stack(scores: dict[str, np.ndarray], y: np.ndarray, val_rows: np.ndarray) -> dict[str, float]:
+def _fit_windows(d, t_idx: np.ndarray, usable: np.ndarray, horizon_minutes: float):
+    """(step minutes, label horizon in steps, the tree's training rows, its validation rows): each window's last
+    horizon purged, as the labels there look into the next window."""
+    times, test_t = d["times"], d["test_t"]
+    val_start = int(d["train_t"][-1]) + 1 if len(d["train_t"]) else 0
+    step = float(np.median(np.diff(times))) / 60e6 if len(times) > 1 else 5.0
+    horizon = max(1, int(round(horizon_minutes / step)))  # steps a label looks ahead: the purge at each boundary
+    train = usable & (t_idx < val_start - horizon)
+    train = train if train.any() else usable & (t_idx < val_start)  # a window too short to purge
+    val = usable & (t_idx >= val_start) & (t_idx < test_t[0] - horizon)
+    return step, horizon, train, val
+
+
+def _stack(scores: dict[str, np.ndarray], y: np.ndarray, val_rows: np.ndarray, xp=np) -> dict[str, float]:
     """Adds the GBDT + GNN stack to ``scores``; returns how it was chosen."""
-    scores["stack"], chosen = stack_scores(scores["model"], scores["tree"], y, val_rows)
+    scores["stack"], chosen = stack_scores(scores["model"], scores["tree"], y, val_rows, xp)
     return chosen
 
 
@@ -154,20 +208,16 @@ def tree_metrics(tree) -> dict[str, Any]:
     }
 
 
-def _test_metrics(test_df: pd.DataFrame, scores: dict[str, np.ndarray], cfg: EvaluateConfig) -> dict[str, Any]:
-    """Each model's classification metrics on the test rows, and lead times at its best-F1 threshold."""
-    t_us = pd.DatetimeIndex(test_df["timestamp"]).as_unit("us").asi8
+def _test_metrics(test_df: pd.DataFrame, scores: dict[str, np.ndarray], cfg: EvaluateConfig, xp=np) -> dict[str, Any]:
+    """Each model's classification metrics on the test rows (computed with ``xp``: CuPy on the GPU), and lead times
+    at its best-F1 threshold."""
+    t_us = test_df["t_us"].to_numpy()
     y = test_df["label"].to_numpy().astype(int)
-    fault_key = (  # one key per fault: the element and the minute of its onset
-        test_df["element_id"].astype(str).to_numpy()
-        + "@"
-        + (t_us // 60_000_000 + np.nan_to_num(test_df["minutes_to_fault"].to_numpy(), nan=-1))
-        .astype(np.int64)
-        .astype(str)
-    )
+    onset = (t_us // 60_000_000 + np.nan_to_num(test_df["minutes_to_fault"].to_numpy(), nan=-1)).astype(np.int64)
+    fault_key = test_df["e_idx"].to_numpy().astype(np.int64) * (1 << 36) + onset  # the element, its onset minute
     results = {}
     for name, s in scores.items():
-        m = classification_metrics(y, s, cfg.precision_target)
+        m = classification_metrics(xp.asarray(y), xp.asarray(s), cfg.precision_target)
         leads = lead_times(test_df["minutes_to_fault"].to_numpy(), fault_key, s >= m["threshold"])
         m["mean_lead_time_min"] = float(leads.mean()) if len(leads) else 0.0
         m["faults_warned"] = int(len(leads))

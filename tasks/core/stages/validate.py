@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from tasks.core.config import ValidateConfig
 from tasks.core.datadocs import vendor_site
 from tasks.core.errors import DataRejected, InvariantBroken
+from tasks.core.laps import Laps
 from tasks.core.schema import ALARM_COLUMNS, KPI_COLUMNS
 from tasks.core.sparkops import job_group
 from tasks.core.stages.raw import CORRUPT, RawLayout, check_files, read_alarms, read_kpi
@@ -147,34 +149,43 @@ def run_validation(
     passes ``1 - validate.max_quarantine_rate``, the dirt it tolerates (and quarantines)."""
     from pyspark.sql import functions as F
 
+    lap = Laps()  # where validation's time goes, in the manifest
     files = check_files(layout)
     topo = layout.topology()
     frames, row_counts = _read_sources(spark, layout)
+    lap("read_and_count")
     rules = {
         "kpi": kpi_rules(list(topo.element_ids), layout.start, layout.end),
         "alarms": alarm_rules(list(topo.element_ids), layout.start, layout.end),
     }
     context, src, actions = _gx_context(out_dir, build_docs)
+    lap("gx_context")
     results, counts = {}, {}
     for source, df in frames.items():
         columns = KPI_COLUMNS if source == "kpi" else ALARM_COLUMNS
         results[f"{source}_file"] = _run_suite(
             context, src, f"{source}_file", _file_expectations(columns, mostly), df, actions
         )
+        lap(f"gx_{source}_file")
         parsed = df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT)
         row_exps = _row_expectations(rules[source], KEYS[source], mostly)
         results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions)
+        lap(f"gx_{source}_rows")
         with job_group(spark, f"validate:{source}", f"validate {source}: rule counts in Spark (cross-checked with GX)"):
             counts[source] = rule_counts(df, rules[source])
             counts[source]["malformed"] = df.filter(F.col(CORRUPT).isNotNull()).count()
+        lap(f"{source}_rule_counts")
     results["topology"] = _run_suite(context, src, "topology", *_topology_suite(spark, topo), actions)
+    lap("gx_topology")
     _cross_check(results, counts)
     for df in frames.values():
         df.unpersist()
     result_path = out_dir / "validation_result.json"
     result_path.write_text(json.dumps(results, indent=1, default=str))
     docs = context.get_docs_sites_urls()
+    lap("results")
     return {
+        "timings_s": lap.seconds,
         "files": files,
         "window": {"start": layout.start.isoformat(), "end": layout.end.isoformat()},
         "rows": row_counts,
@@ -265,7 +276,9 @@ def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig)
         )
     rows = sum(summary["rows"].values())
     (out_dir / EXPECTATIONS_MD).write_text(expectations_markdown(summary))
+    started = time.perf_counter()
     docs = vendor_site((out_dir / DATA_DOCS).parent) if cfg.build_data_docs else None
+    summary["timings_s"]["data_docs_vendor"] = round(time.perf_counter() - started, 3)
     return {
         "raw": str(layout.root),
         "rows_in": rows,

@@ -18,6 +18,7 @@ from typing import Any
 from tasks.core.config import TrainConfig
 from tasks.core.ports import free_port
 from tasks.core.training.spec import NodeMetrics, TrainingSpec
+from tasks.core.training.timeline import rank_timeline
 
 
 class TrainingStalled(RuntimeError):
@@ -131,6 +132,7 @@ def launch_training(
     }
     beat = work / "heartbeat.json"
     beat.unlink(missing_ok=True)
+    (Path(spec.out) / "timeline.json").unlink(missing_ok=True)  # a failed launch's before it: not this one's
     started = time.time()
     rows: queue.Queue = queue.Queue()
     with open(log_path, "w") as log:
@@ -156,7 +158,9 @@ def launch_training(
     if proc.returncode != 0:
         tail = log_path.read_text()[-3000:]
         raise TrainingFailed(f"training exited with code {proc.returncode}; log {log_path}:\n{tail}")
-    return {"wall_s": time.time() - started, "command": cmd, "log": str(log_path)}
+    ended = time.time()
+    timeline = rank_timeline(Path(spec.out) / "timeline.json", started, ended)
+    return {"wall_s": ended - started, "command": cmd, "log": str(log_path), "rank_timeline": timeline}
 
 
 def _watch(proc, beat: Path, stall_s: float, started: float, log_path: Path, rows, progress) -> None:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from tasks.core.config import TrainConfig
-from tasks.core.metrics import pr_auc
+from tasks.core.metrics import from_torch, pr_auc
 from tasks.core.store import write_json_atomic
 from tasks.core.training.checkpoint import load_latest, save_checkpoint
 from tasks.core.training.comm import make_comm
@@ -33,6 +33,9 @@ from tasks.core.training.frame_tensors import as_torch, build, write_meta
 from tasks.core.training.model import FaultGNN, hazard_loss, normalised_adjacency, score_snapshots, windows_at
 from tasks.core.training.profiling import StepProfiler, StepTimer
 from tasks.core.training.spec import TrainingSpec
+from tasks.core.training.timeline import Timeline
+
+IMPORTED = time.time()  # torch, CUDA's Python side and the project are imported
 
 
 def watch_owner(pid: int | None, every: float = 1.0) -> None:
@@ -205,7 +208,7 @@ def validate(run: RunState, row: dict) -> None:
     s = score_snapshots(model, data.x, data.adj, data.val_t, run.cfg.window, run.cfg.batch_size, run.bf16)
     vt = torch.as_tensor(data.val_t, device=data.x.device)
     m = data.mask[vt].bool()
-    row["val_pr_auc"] = pr_auc(data.y[vt][m].cpu().numpy(), s[m].cpu().numpy())
+    row["val_pr_auc"] = pr_auc(from_torch(data.y[vt][m]), from_torch(s[m]))  # sorted on the GPU
 
 
 def keep_best(state: State, row: dict, model) -> None:
@@ -250,13 +253,18 @@ def heartbeat(path: Path, epochs: int, rank: int):
     return beat
 
 
-def setup(spec: TrainingSpec) -> RunState:
+def setup(spec: TrainingSpec, timeline: Timeline) -> RunState:
     cfg = spec.train
     comm = make_comm(spec.engine, spec.device)
+    timeline.mark("comm_init")
     device = pick_device(spec, comm.local_rank)
+    if device.type == "cuda":
+        torch.zeros(1, device=device)  # the CUDA context is made here, measured apart from the tensors' build
+    timeline.mark("device_context")
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     data = load_data(spec, device, comm.rank)
+    timeline.mark("tensors")
     hazard = int(cfg.hazard_steps)
     if hazard and data.ttf is None:
         raise ValueError(f"{spec.data}: train.hazard_steps={hazard} needs the steps to onset (ttf), not in it")
@@ -322,35 +330,45 @@ def node_monitor(spec: TrainingSpec, local_rank: int, host: str | None = None):
 
 
 def main(spec_path: str) -> int:
+    timeline = Timeline(IMPORTED)
     spec = TrainingSpec.read(spec_path)
     watch_owner(spec.owner_pid)
-    run = setup(spec)
+    run = setup(spec, timeline)
+    timeline.mark("model")
     comm, out_dir = run.comm, Path(spec.out)
     monitor = node_monitor(spec, comm.local_rank)
     try:
-        return _train(spec, run, comm, out_dir)
+        return _train(spec, run, comm, out_dir, timeline)
     finally:
         if monitor is not None:
             monitor.finish()
 
 
-def _train(spec: TrainingSpec, run: RunState, comm, out_dir: Path) -> int:
+def _train(spec: TrainingSpec, run: RunState, comm, out_dir: Path, timeline: Timeline) -> int:
     state = resume(comm, spec, run.model, run.optimizer, run.scheduler)
+    timeline.mark("resume_and_first_collective")  # NCCL's communicators are set up by the first broadcast
     timer = StepTimer(run.data.x.device)
     profiler = None
     if comm.rank == 0:
         profiler = StepProfiler(run.data.x.device, out_dir / "trace.json", run.steps, spec.profile_steps)
     for epoch in range(state.start_epoch, run.cfg.epochs):
+        t = time.time()
         loss_sum, started = train_epoch(epoch, run, timer, profiler if epoch == state.start_epoch else None)
         if profiler is not None and epoch == state.start_epoch:
             profiler.finish()
         row = epoch_row(epoch, run, loss_sum, started, timer)
+        timeline.add("epochs", t)
         if comm.rank == 0:  # [dist] only rank 0 evaluates, logs and checkpoints
+            t = time.time()
             validate(run, row)
+            timeline.add("validate", t)
             state.history.append(row)
             keep_best(state, row, run.model)
+            t = time.time()
             checkpoint(spec, epoch, run, state)
+            timeline.add("checkpoint", t)
             print(json.dumps({"progress": row}), flush=True)
+    timeline.mark("loop")
     if comm.rank == 0:
         best = state.best
         weights = best["model"] if best and best.get("model") else run.model.state_dict()
@@ -364,6 +382,8 @@ def _train(spec: TrainingSpec, run: RunState, comm, out_dir: Path) -> int:
             out_dir / "model.pt",
         )
         write_json_atomic(out_dir / "history.json", state.history, indent=None)
+        timeline.mark("save")
+        write_json_atomic(out_dir / "timeline.json", timeline.parts(), indent=None)
     comm.shutdown()
     return 0
 

@@ -6,6 +6,45 @@ import pytest
 
 from tasks.core.metrics import classification_metrics, lead_times, pr_auc
 from tasks.core.stages.evaluate import RULE_WEIGHTS, rule_scores, summary_metrics
+from tasks.core.topology import Topology
+
+NAMES = ["cpu_util_mean_3", *RULE_WEIGHTS]
+TOPO = Topology("t", ("r3", "r1", "r2"), ("r3", "r1", "r2"), ((0, 1), (1, 2)))
+
+
+def _held_out_files(out, n=3000):
+    """Two features Parquet files: the columns evaluation reads, NaN in one feature, float64 on disk."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(
+        {
+            "element_id": rng.choice(["r1", "r2", "r3"], n),
+            "timestamp": pd.date_range("2026-01-01", periods=n, freq="5min", tz="UTC"),
+            **{c: rng.random(n) for c in NAMES},
+            "label": (rng.random(n) < 0.1).astype(np.int8),
+            "in_fault": (rng.random(n) < 0.05).astype(np.int8),
+            "minutes_to_fault": np.where(rng.random(n) < 0.1, 30.0, np.nan),
+        }
+    )
+    df.loc[::7, "cpu_util_mean_3"] = np.nan
+    df.iloc[: n // 2].to_parquet(out / "part-0.parquet")
+    df.iloc[n // 2 :].to_parquet(out / "part-1.parquet")
+    return df
+
+
+def test_rows_are_read_as_index_columns_and_a_float32_matrix(tmp_path):
+    from tasks.core.stages.evaluate import META, read_rows
+
+    df = _held_out_files(tmp_path)
+    rows, x = read_rows(tmp_path, NAMES, TOPO, gpu=False)
+    assert list(rows.columns) == [*META, *RULE_WEIGHTS, "t_us", "e_idx"] and len(rows) == len(df)
+    assert x.dtype == np.float32 and x.shape == (len(df), len(NAMES))
+    np.testing.assert_array_equal(x, df[NAMES].to_numpy(np.float32))  # NaN where NaN
+    np.testing.assert_array_equal(rows["minutes_to_fault"].to_numpy(), df["minutes_to_fault"].to_numpy())
+    np.testing.assert_array_equal(rows["t_us"].to_numpy(), df["timestamp"].dt.as_unit("us").astype("int64").to_numpy())
+    assert [TOPO.element_ids[i] for i in rows["e_idx"]] == list(df["element_id"])
+    other = Topology("t", ("r1", "r2"), ("r1", "r2"), ((0, 1),))
+    with pytest.raises(ValueError, match="r3"):  # a row of an element the topology lacks is an error, not a guess
+        read_rows(tmp_path, NAMES, other, gpu=False)
 
 
 def test_rule_scores_weight_the_alarm_counts():
@@ -31,6 +70,46 @@ def test_recall_at_precision_and_threshold():
     assert m["positives"] == 3 and m["samples"] == 6 and 0.5 < m["f1"] <= 1
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_sort_metrics_equal_scikit_learns(seed):
+    """The single-sort curves give scikit-learn's PR-AUC, ROC-AUC, best-F1 threshold and recall at precision, with
+    tied scores (a rounded score) and without."""
+    from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    y = (rng.random(5000) < 0.1).astype(int)
+    for s in (rng.random(5000) + y * 0.4, np.round(rng.random(5000) + y * 0.3, 2)):
+        m = classification_metrics(y, s, 0.8)
+        prec, rec, thr = precision_recall_curve(y, s)
+        f1 = np.divide(2 * prec * rec, prec + rec, out=np.zeros_like(prec), where=(prec + rec) > 0)
+        best = int(np.argmax(f1[:-1]))
+        assert m["pr_auc"] == pytest.approx(average_precision_score(y, s), rel=1e-12)
+        assert m["roc_auc"] == pytest.approx(roc_auc_score(y, s), rel=1e-12)
+        assert m["f1"] == pytest.approx(f1[best], rel=1e-12) and m["threshold"] == thr[best]
+        assert m["recall_at_p80"] == pytest.approx(rec[:-1][prec[:-1] >= 0.8].max(), rel=1e-12)
+        assert pr_auc(y, s) == m["pr_auc"]
+
+
+def test_metrics_of_one_class_or_no_rows():
+    m = classification_metrics(np.zeros(4, int), np.array([0.1, 0.2, 0.2, 0.9]), 0.9)
+    assert np.isnan(m["pr_auc"]) and np.isnan(m["roc_auc"]) and m["positives"] == 0 and m["samples"] == 4
+    m = classification_metrics(np.zeros(0, int), np.zeros(0), 0.9)
+    assert m["samples"] == 0 and np.isnan(m["pr_auc"]) and m["f1"] == 0.0
+
+
+def test_lead_times_equal_the_per_row_rule():
+    """Per fault key, the largest minutes-to-fault among alerted rows (at least 0), ascending: as a row loop."""
+    rng = np.random.default_rng(3)
+    m = np.where(rng.random(2000) < 0.5, rng.integers(-5, 60, 2000).astype(float), np.nan)
+    keys, alerted = rng.integers(0, 50, 2000), rng.random(2000) < 0.3
+    expect: dict = {}
+    for k, mm, a in zip(keys, m, alerted):
+        if a and not np.isnan(mm):
+            expect[k] = max(expect.get(k, 0.0), float(mm))
+    assert list(lead_times(m, keys, alerted)) == sorted(expect.values())
+    assert lead_times(m, keys, np.zeros(2000, bool)).size == 0
+
+
 def test_lead_time_counts_each_fault_once():
     leads = lead_times(np.array([30.0, 25.0, 60.0]), np.array(["a", "a", "b"]), np.array([True, True, False]))
     assert list(leads) == [30.0]
@@ -39,7 +118,7 @@ def test_lead_time_counts_each_fault_once():
 def test_laps_time_each_part_in_order():
     import time
 
-    from tasks.core.stages.evaluate import Laps
+    from tasks.core.laps import Laps
 
     lap = Laps()
     time.sleep(0.02)
@@ -95,17 +174,15 @@ def test_the_tree_stops_early_on_the_validation_window_it_is_given():
     y = (x[:, 0] + 0.5 * x[:, 1] * x[:, 2] + rng.normal(0, 0.5, n) > 1).astype(int)
     val = np.zeros(n, bool)
     val[4000:] = True
-    df = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": y})
-    informative = fit_tree(df, ["a", "b", "c"], ~val, val, seed=0)
-    df_noise = df.copy()
-    df_noise.loc[val, "label"] = rng.permutation(df.loc[val, "label"].to_numpy())  # labels without signal
-    stopped = fit_tree(df_noise, ["a", "b", "c"], ~val, val, seed=0)
+    informative = fit_tree(x[~val], y[~val], x[val], y[val], seed=0)
+    noise = rng.permutation(y[val])  # labels without signal
+    stopped = fit_tree(x[~val], y[~val], x[val], noise, seed=0)
     assert stopped.n_iter_ < informative.n_iter_ < MAX_ROUNDS, (stopped.n_iter_, informative.n_iter_)
     assert stopped.booster.num_boosted_rounds() < 100  # patience ran out long before the 1,000 rounds allowed
     assert informative.val_aucpr > 0.8 and stopped.val_aucpr < y[val].mean() + 0.15, (informative, stopped)
-    fixed = fit_tree(df, ["a", "b", "c"], ~val, np.zeros(n, bool), seed=0)  # no validation rows: fixed rounds
+    fixed = fit_tree(x[~val], y[~val], x[:0], y[:0], seed=0)  # no validation rows: fixed rounds
     assert fixed.n_iter_ == FIXED_ROUNDS and np.isnan(fixed.val_aucpr)
-    again = fit_tree(df, ["a", "b", "c"], ~val, val, seed=0)  # same seed, same tree (CPU)
+    again = fit_tree(x[~val], y[~val], x[val], y[val], seed=0)  # same seed, same tree (CPU)
     assert np.array_equal(again.predict_proba(x), informative.predict_proba(x))
 
 

@@ -1,0 +1,47 @@
+"""Where a training launch's time goes besides its epochs: each rank's marks from its process's start (the
+imports, the communicator, the CUDA context, the tensors, the model, the first collective, the loop, the save), and
+the stage's account of the launch around rank 0's (the launcher before it, the shutdown after)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+class Timeline:
+    """Wall-clock marks of this rank's life from its process's start, and summed parts of the epoch loop: where a
+    training stage's time goes besides its epochs (rank 0 writes them to ``timeline.json``)."""
+
+    def __init__(self, imported: float) -> None:
+        """``imported``: when the rank's module finished its imports."""
+        import psutil
+
+        self.marks = {"process_start": psutil.Process().create_time(), "imports": imported}
+        self.sums: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        """The part ``name`` ends now (it began at the previous mark)."""
+        self.marks[name] = time.time()
+
+    def add(self, name: str, since: float) -> None:
+        """Adds the seconds since ``since`` to the summed part ``name``."""
+        self.sums[name] = self.sums.get(name, 0.0) + time.time() - since
+
+    def parts(self) -> dict[str, Any]:
+        names = list(self.marks)
+        parts = {b: round(self.marks[b] - self.marks[a], 3) for a, b in zip(names, names[1:])}
+        return {"process_start": self.marks["process_start"], "parts_s": parts,
+                "loop_s": {k: round(v, 3) for k, v in self.sums.items()}}  # fmt: skip
+
+
+def rank_timeline(path: Path, launched: float, ended: float) -> dict[str, Any] | None:
+    """Rank 0's parts (``timeline.json``) with the launcher's before them (the launch until rank 0's process
+    started) and the shutdown after (its model saved until every rank exited): the stage's launch, whole."""
+    if not path.is_file():  # a rank that failed before writing it
+        return None
+    t = json.loads(path.read_text())
+    saved = t["process_start"] + sum(t["parts_s"].values())
+    parts = {"launcher": round(t["process_start"] - launched, 3), **t["parts_s"], "shutdown": round(ended - saved, 3)}
+    return {"parts_s": parts, "loop_s": t["loop_s"]}

@@ -1,0 +1,16 @@
+"""The train stage's account of a launch: the launcher, rank 0's parts, the shutdown."""
+
+import json
+
+import pytest
+
+
+def test_the_stage_puts_the_launcher_before_rank_0s_parts_and_the_shutdown_after(tmp_path):
+    from tasks.core.training.timeline import rank_timeline
+
+    parts = {"imports": 2.0, "comm_init": 0.5, "loop": 10.0, "save": 0.25}
+    (tmp_path / "timeline.json").write_text(json.dumps({"process_start": 103.0, "parts_s": parts, "loop_s": {}}))
+    t = rank_timeline(tmp_path / "timeline.json", launched=100.0, ended=117.0)
+    assert t["parts_s"] == {"launcher": 3.0, **parts, "shutdown": 1.25}
+    assert sum(t["parts_s"].values()) == pytest.approx(17.0)  # the launch's wall time, whole
+    assert rank_timeline(tmp_path / "missing.json", 0.0, 1.0) is None
