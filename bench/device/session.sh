@@ -26,6 +26,7 @@
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
 #   trainab   bench/device/train_ab.py: the same bench size with Horovod, a base tree (a git archive carried as
 #             .devparts/base.tgz, unpacked by start) vs this one, alternating, 3 runs each
+#   warm      the run again with features and train recomputed: the same host with its kernel caches warm
 #   hostab    the run again with the training tensors built on the host (train.tensors=host): train and evaluate
 #             A/B against the run's on-GPU build, on the same host in one chain
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
@@ -57,10 +58,17 @@ presimulate() {  # as soon as the venv can import the simulator: the same conten
 run_summary() { python3 -c "import json,sys; t=open(sys.argv[1]).read().strip(); d=json.loads(t if t.startswith('{') and t.endswith('}') and '\n{' not in t else t.splitlines()[-1]); print(d$2)" "$1" 2>/dev/null; }
 util_verdict() { python3 -c "import json,sys; t=open(sys.argv[1]).read(); d=json.loads(t.strip().splitlines()[-1]); c=[c for c in d['checks'] if c['id']=='gpu_utilization'][0]; print(c['status'], '-', c['evidence'])" "$1" 2>&1 | tail -1 | cut -c1-260; }
 
-manifests() {  # every stage manifest under $1 (and the ranks' logs): where each stage's time went
-  mkdir -p $R/manifests; for m in $(find $1 -name _manifest.json -path '*/store/*'); do
-    d=$(dirname $m); s=$(basename $(dirname $d)); cp $m $R/manifests/$s-$(basename $d).json
-    [ -f $d/train.log ] && cp $d/train.log $R/manifests/$s-$(basename $d).log; done; true
+manifests() {  # every stage manifest under $1 (and the ranks' logs) into manifests/$2: where each stage's time went
+  local to=$R/manifests/${2:-.}; mkdir -p $to; for m in $(find $1 -name _manifest.json -path '*/store/*'); do
+    d=$(dirname $m); s=$(basename $(dirname $d)); cp $m $to/$s-$(basename $d).json
+    [ -f $d/train.log ] && cp $d/train.log $to/$s-$(basename $d).log; done; true
+}
+
+parts() {  # the newest train and evaluate manifests' parts, one line each, into the steps log
+  for s in validate train evaluate; do m=$(ls -t $1/$s/*/_manifest.json 2>/dev/null | head -1); [ -n "$m" ] || continue
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=(d.get('launch') or {}).get('rank_timeline') or {}
+print('  $s', round(d['seconds'], 1), 's:', d.get('timings_s') or '', t.get('parts_s', ''), t.get('loop_s', ''), (d.get('data') or {}).get('tensor_build_s', ''))" $m >> $R/steps.log 2>&1
+  done
 }
 
 chain() {
@@ -79,7 +87,8 @@ chain() {
     tests) REQUIRE_GPU=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/gpu_kernels > $R/gpu_tests.txt 2>&1
       tail -1 $R/gpu_tests.txt >> $R/steps.log ;;
     run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
-      echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store
+      echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store run
+      parts /tmp/fl/root/store
       python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
@@ -137,8 +146,14 @@ PY
       # data.npz) instead of on each rank's GPU: train and evaluate A/B on the same host in one chain
       $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --set train.tensors=host --json \
         > $R/run_host.json 2> $R/run_host.log
-      echo "hostab rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store
+      echo "hostab rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store hostab; parts /tmp/fl/root/store
       python3 -c "import json; d=json.loads(open('$R/run_host.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+    warm) # the GPU path again on the same host, features and train recomputed: the CUDA kernels (ours, CuPy's)
+      # now compiled and cached on disk, the OS page cache warm; cold start = the run's figures minus these
+      $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --refresh features --refresh train --json \
+        > $R/run_warm.json 2> $R/run_warm.log
+      echo "warm rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store warm; parts /tmp/fl/root/store
+      python3 -c "import json; d=json.loads(open('$R/run_warm.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} --results $R --work /tmp/fl/bench \
         --json > $R/scaling.log 2>&1
       echo "scaling rc=$?" >> $R/steps.log ;;
