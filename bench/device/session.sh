@@ -38,7 +38,8 @@
 #   util      the train stage again, UTIL_N times (default 5; --refresh train), each followed by the GPU-utilization verdict
 #   eval      the pipeline again from features on that lake (features and train cached): evaluation's time by part
 #   features  faultline bench features --profile gpu at the same size (pandas, Dask on all cores, GPU, kernels)
-#   tests     REQUIRE_GPU=1 pytest tests/gpu_kernels (the CUDA kernels and GPU-vs-CPU features)
+#   tests     REQUIRE_GPU=1 pytest on TESTS (default tests/gpu_kernels: the CUDA kernels, GPU-vs-CPU features,
+#             tensors and evaluation)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PREFECT_HOME=/tmp/fl/prefect PREFECT_SERVER_ANALYTICS_ENABLED=false FAULTLINE_ROOT=/tmp/fl/root
@@ -84,7 +85,7 @@ chain() {
     step "$s"
     case $s in
     doctor) $FL doctor --json > $R/doctor.txt 2>&1; grep -E "^  (FAIL|WARN)" $R/doctor.txt >> $R/steps.log ;;
-    tests) REQUIRE_GPU=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/gpu_kernels > $R/gpu_tests.txt 2>&1
+    tests) REQUIRE_GPU=1 .venv/bin/python -m pytest -q -p no:cacheprovider ${TESTS:-tests/gpu_kernels} > $R/gpu_tests.txt 2>&1
       tail -1 $R/gpu_tests.txt >> $R/steps.log ;;
     run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
       echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store run
