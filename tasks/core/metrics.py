@@ -54,6 +54,16 @@ def _pr_curve(fps, tps, thr):
     return xp.concatenate([precision[::-1], one]), xp.concatenate([recall[::-1], zero]), thr[::-1]
 
 
+def precision_recall(y, score) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``precision_recall_curve`` points (precision, recall; recall decreasing), on the host."""
+    prec, rec, _ = _pr_curve(*ranking_curve(y, score))
+    return _to_host(prec), _to_host(rec)
+
+
+def _to_host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
 def _two_classes(y) -> bool:
     return y.size > 0 and bool(y.min() != y.max())
 

@@ -280,13 +280,15 @@ def plot_evaluation(ev: dict[str, Any], out: Path) -> dict[str, Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from sklearn.metrics import ConfusionMatrixDisplay, precision_recall_curve
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    from tasks.core.metrics import precision_recall
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for name, r in ev["results"].items():
-        p, rc, _ = precision_recall_curve(ev["y"], r["scores"])
+        p, rc = precision_recall(ev["y"], r["scores"])
         keep = thin(len(p))  # millions of thresholds at scale: a few thousand points draw the same curve
         ax.plot(rc[keep], p[keep], label=f"{name} (PR-AUC {r['metrics']['pr_auc']:.3f})")
     ax.set(xlabel="recall", ylabel="precision", title="Fault prediction, held-out window")

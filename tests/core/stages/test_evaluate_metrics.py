@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.core.metrics import classification_metrics, lead_times, pr_auc
+from tasks.core.metrics import classification_metrics, lead_times, pr_auc, precision_recall
 from tasks.core.stages.evaluate import RULE_WEIGHTS, rule_scores, summary_metrics
 from tasks.core.topology import Topology
 
@@ -88,6 +88,9 @@ def test_one_sort_metrics_equal_scikit_learns(seed):
         assert m["f1"] == pytest.approx(f1[best], rel=1e-12) and m["threshold"] == thr[best]
         assert m["recall_at_p80"] == pytest.approx(rec[:-1][prec[:-1] >= 0.8].max(), rel=1e-12)
         assert pr_auc(y, s) == m["pr_auc"]
+        p, r = precision_recall(y, s)
+        np.testing.assert_allclose(p, prec, rtol=1e-12)
+        np.testing.assert_allclose(r, rec, rtol=1e-12)
 
 
 def test_metrics_of_one_class_or_no_rows():
