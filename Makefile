@@ -21,8 +21,9 @@ bundle:
 demo: setup
 	$(VENV)/bin/faultline run --profile $(PROFILE)
 
-# Every test, real engines included, on TEST_WORKERS processes (a file's tests stay together); prints the 25 slowest.
-TEST_WORKERS ?= 2
+# Every test, real engines included, on TEST_WORKERS processes (a file's tests stay together unless it says
+# SPREAD_OVER_WORKERS); prints the 25 slowest.
+TEST_WORKERS ?= 3
 test: setup browser-deps lint
 	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=25
 

@@ -42,13 +42,19 @@ def pytest_collection_modifyitems(config, items):
 
 def _group_for_workers(items) -> None:
     """With ``-n N --dist loadgroup`` (make test): a file's tests run on one worker, in order (module fixtures
-    such as the UI stack are built once), and the files that read the one prepared pipeline run share a worker.
+    such as the UI stack are built once), and the files that read the one prepared pipeline run share a worker;
+    a file whose tests share nothing says ``SPREAD_OVER_WORKERS = True`` and its tests go to any worker (its long
+    end-to-end tests then do not queue behind each other on one worker).
     (Letting independent end-to-end tests of one file run on both workers at once measured slower: 1,283 s
     against 1,208 s for the suite, the two runs contending for the same two cores.)"""
     shared = {i.nodeid.split("::")[0] for i in items if "pipeline_run" in getattr(i, "fixturenames", ())}
     for item in items:
         path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("pipeline_run" if path in shared else path))
+        if getattr(item.module, "SPREAD_OVER_WORKERS", False):  # tests that share nothing: each on any worker
+            group = item.nodeid
+        else:
+            group = "pipeline_run" if path in shared else path
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

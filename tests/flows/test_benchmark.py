@@ -9,6 +9,8 @@ import pytest
 from tasks.core.benchmarks.scaling import efficiency, worker_counts
 from tests.helpers import faultline, last_json
 
+SPREAD_OVER_WORKERS = True  # its tests share no fixture, store or server: each may run on any worker
+
 
 def test_worker_counts_and_efficiency():
     assert worker_counts(1) == [1] and worker_counts(2) == [1, 2] and worker_counts(6) == [1, 2, 4, 6]

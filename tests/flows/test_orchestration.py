@@ -16,6 +16,8 @@ import pytest
 from tasks.core.runs import Heartbeat, dead_runs, mark_crashed
 from tests.helpers import REPO, SHARED_PREFECT, SMALL, faultline, last_json
 
+SPREAD_OVER_WORKERS = True  # its tests share no fixture, store or server: each may run on any worker
+
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
 
 

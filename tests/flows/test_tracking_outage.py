@@ -18,6 +18,8 @@ import requests
 from tasks.core.ports import free_port
 from tests.helpers import SMALL, faultline, last_json
 
+SPREAD_OVER_WORKERS = True  # its tests share no fixture, store or server: each may run on any worker
+
 
 @contextmanager
 def mlflow_server(port: int, home: Path):
@@ -85,10 +87,9 @@ def test_server_killed_mid_run_is_journaled_and_replayed(tmp_path):
 def test_pipeline_with_the_server_down_from_the_start(tmp_path):
     port = free_port()
     where = ["--set", f"paths.root={tmp_path / 'store'}", "--set", f"mlflow.tracking_uri=http://127.0.0.1:{port}"]
-    started = time.perf_counter()
     strict = faultline("run", *SMALL, *where, "--set", "mlflow.strict=true", "--json", root=tmp_path)
     assert strict.returncode == 2 and "tracking server is unreachable" in strict.stderr, strict.stderr[-2000:]
-    assert time.perf_counter() - started < 20  # answered before any engine starts
+    assert not list(tmp_path.glob("store/*/*/_manifest.json"))  # answered before any stage (or engine) started
 
     run = faultline("run", *SMALL, *where, "--until", "validate", "--json", root=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
