@@ -204,28 +204,22 @@ def cmd_tracking(args: argparse.Namespace) -> int:
     """Replay the tracking journals that runs wrote while the MLflow server was unreachable."""
     from tasks.core.config import load_config
     from tasks.core.errors import ConfigError
-    from tasks.core.spool import pending, unreachable
-    from tasks.tracking import tracker_for
+    from tasks.tracking import replay_journals
 
     try:
-        tr = tracker_for(load_config(args.profile, args.set))
+        out = replay_journals(load_config(args.profile, args.set))
     except ConfigError as exc:
         return _rejected(exc, args)
-    waiting = pending(tr.spool)
-    if (why := unreachable(tr.uri)) is not None:
-        print(
-            f"error: tracking server unreachable ({why}); {len(waiting)} journal(s) wait in {tr.spool}", file=sys.stderr
-        )
+    if out["unreachable"] is not None:
+        print(f"error: tracking server unreachable ({out['unreachable']}); {len(out['left'])} journal(s) wait in "
+              f"{out['spool']}", file=sys.stderr)  # fmt: skip
         return EXIT_FAIL
-    tr.begin()  # reaching the server replays every pending journal
-    results = [json.loads((j / "replayed.json").read_text()) for j in waiting if (j / "replayed.json").exists()]
-    for r in results:
+    for r in out["replayed"]:
         print(f"replayed {r['journal']}: {r['calls']} calls, runs {r['runs'] or '(existing)'}")
-    left = pending(tr.spool)
-    print(f"{len(results)} journal(s) replayed, {len(left)} left")
+    print(f"{len(out['replayed'])} journal(s) replayed, {len(out['left'])} left")
     if args.json:
-        print_json({"replayed": results, "left": [str(j) for j in left]})
-    return EXIT_OK if not left else EXIT_FAIL
+        print_json({"replayed": out["replayed"], "left": out["left"]})
+    return EXIT_OK if not out["left"] else EXIT_FAIL
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

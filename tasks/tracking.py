@@ -60,6 +60,22 @@ def tracker_for(cfg: FaultlineConfig, experiment: str | None = None) -> Resilien
     return get_tracker(cfg.mlflow.tracking_uri, experiment or cfg.mlflow.experiment, cfg.paths.root, cfg.mlflow.strict)
 
 
+def replay_journals(cfg: FaultlineConfig) -> dict[str, Any]:
+    """Deliver the tracking journals that runs wrote while the MLflow server was unreachable, if it answers now:
+    ``replayed`` (each journal's outcome), ``left`` (journals still waiting) and ``unreachable`` (why not, or
+    None)."""
+    from tasks.core.spool import pending, unreachable
+
+    tr = tracker_for(cfg)
+    waiting = pending(tr.spool)
+    if (why := unreachable(tr.uri)) is not None:
+        return {"replayed": [], "left": [str(j) for j in waiting], "unreachable": why, "spool": str(tr.spool)}
+    tr.begin()  # reaching the server replays every pending journal
+    done = [json.loads((j / "replayed.json").read_text()) for j in waiting if (j / "replayed.json").exists()]
+    left = [str(j) for j in pending(tr.spool)]
+    return {"replayed": done, "left": left, "unreachable": None, "spool": str(tr.spool)}
+
+
 def _environment(rt: Runtime) -> dict[str, Any]:
     from importlib.metadata import distributions
 

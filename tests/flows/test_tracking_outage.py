@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tasks.core.ports import free_port
-from tests.helpers import SMALL, faultline, last_json
+from tests.helpers import REPO, SHARED_PREFECT, SMALL, faultline, last_json
 
 SPREAD_OVER_WORKERS = True  # its tests share no fixture, store or server: each may run on any worker
 
@@ -52,11 +52,11 @@ def test_server_killed_mid_run_is_journaled_and_replayed(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from tasks.core.spool import ResilientTracker, pending
-    from tasks.core.tracking import Tracker
+    from tasks.core.tracking import SPOOL, Tracker
 
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    tr = ResilientTracker(lambda: Tracker(uri, "outage", None), uri, "outage", tmp_path / "spool")
+    tr = ResilientTracker(lambda: Tracker(uri, "outage", None), uri, "outage", tmp_path / SPOOL)
     (tmp_path / "report.txt").write_text("the run's report\n")
     with mlflow_server(port, tmp_path / "server"):
         tr.begin()
@@ -70,16 +70,30 @@ def test_server_killed_mid_run_is_journaled_and_replayed(tmp_path):
     took = time.perf_counter() - started
     assert tr.offline and took < 60, f"an outage cost {took:.0f} s"
     (tmp_path / "report.txt").unlink()  # the journal kept its own copy
-    assert tr.finish() == [] and len(pending(tmp_path / "spool")) == 1  # still down: kept for later
+    assert tr.finish() == [] and len(pending(tmp_path / SPOOL)) == 1  # still down: kept for later
+    where = [f"mlflow.tracking_uri={uri}", f"paths.root={tmp_path}"]
+    assert _replay_flow(where, tmp_path)["unreachable"]  # the scheduled replay while it is down: kept, said
+    assert len(pending(tmp_path / SPOOL)) == 1
     with mlflow_server(port, tmp_path / "server"):  # the same store comes back
         client = MlflowClient(uri)
         assert client.get_run(run).info.status == "RUNNING"  # what the outage left behind
-        tr.begin()  # the next run's start replays the journal
+        out = _replay_flow(where, tmp_path)  # the tracking-replay deployment's flow: no later run needed
+        assert out["unreachable"] is None and len(out["replayed"]) == 1 and out["left"] == []
         info = client.get_run(run)
         assert info.info.status == "FINISHED" and info.data.params == {"train.epochs": "3"}
         assert [m.value for m in client.get_metric_history(run, "loss")] == [0.5, 0.25]
         assert [a.path for a in client.list_artifacts(run, "reports")] == ["reports/report.txt"]
-        assert pending(tmp_path / "spool") == []
+        assert pending(tmp_path / SPOOL) == []
+
+
+def _replay_flow(overrides: list[str], tmp_path: Path) -> dict:
+    """The tracking_replay flow run in a process of its own against the suite's Prefect API; its return value."""
+    call = f"print(json.dumps(tracking_replay(overrides={overrides!r})))"
+    code = f"import json; from flows.tracking import tracking_replay; {call}"
+    env = {**os.environ, "PREFECT_API_URL": SHARED_PREFECT.start(), "PREFECT_HOME": str(tmp_path / "prefect")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return last_json(proc.stdout)
 
 
 @pytest.mark.slow
