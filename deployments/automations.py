@@ -12,7 +12,9 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 
-HEARTBEAT_S = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY for the stack's worker (Prefect's minimum)
+from tasks.core.runs import FLOW_HEARTBEAT_S
+
+HEARTBEAT_S = FLOW_HEARTBEAT_S  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY for the stack's worker and CLI runs
 ZOMBIE_AFTER_S = 90  # three missed beats
 ZOMBIE = "faultline: crash zombie flow runs"
 

@@ -349,8 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet(verbose: int) -> None:
-    """The CLI shows its own progress and summary; engine chatter (Dask, Spark, Prefect INFO) only with -v."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+    """The CLI shows its own progress and summary; engine chatter (Dask, Spark, Prefect INFO) only with -v. The
+    flow run's INFO lines still reach Prefect's API (its Logs tab): only the console's handler is quieter. A run
+    sent to a Prefect server (PREFECT_API_URL: `make ui`'s stack) beats as the stack's worker's runs do, so the
+    zombie-run automation never takes a live CLI run for a dead one."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "INFO" if verbose else "WARNING")
+    if os.environ.get("PREFECT_API_URL"):
+        from tasks.core.runs import FLOW_HEARTBEAT_S
+
+        os.environ.setdefault("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", str(FLOW_HEARTBEAT_S))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Prefect's 20-s wait for its ephemeral API (migrations on a fresh PREFECT_HOME) runs out on a busy 2-core host
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")

@@ -29,6 +29,7 @@ log = logging.getLogger("faultline.runs")
 
 HEARTBEAT = "heartbeat.json"
 BEAT_S = 5.0
+FLOW_HEARTBEAT_S = 30  # Prefect's flow-run heartbeat (its minimum) for runs on a Prefect server: worker's and CLI's
 CRASH_AFTER_S = 900.0  # another host's run: silence this long means crashed (config: runs.crash_after_s)
 
 

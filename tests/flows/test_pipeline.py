@@ -37,6 +37,25 @@ def test_pipeline_runs_every_stage(first_run):
     assert "held-out metrics" in proc.stdout and "MLflow run" in proc.stdout and "served model: " in proc.stdout
 
 
+def test_a_cli_run_on_a_prefect_server_logs_there_and_beats_quietly(first_run):
+    """The CLI run sent to a Prefect server (the suite's, as `make ui`'s would be): its INFO lines are in the flow
+    run's logs (the UI's Logs tab), not on the console without -v, and it emits Prefect's flow-run heartbeat at
+    the cadence the zombie-run automation expects (a live CLI run is never taken for a dead one)."""
+    from tests.helpers import prefect_api
+
+    _, summary, proc = first_run
+    logs = prefect_api("/logs/filter", {"logs": {"flow_run_id": {"any_": [summary["run_id"]]}}, "limit": 200})
+    messages = [entry["message"] for entry in logs if entry["level"] == 20]  # INFO
+    assert any(m.startswith("validate computed in") for m in messages), messages[:20]
+    assert " | INFO " not in proc.stderr  # the console stays quiet
+    beats = prefect_api(
+        "/events/filter",
+        {"filter": {"event": {"name": ["prefect.flow-run.heartbeat"]},
+                    "resource": {"id": [f"prefect.flow-run.{summary['run_id']}"]}}, "limit": 50},
+    )  # fmt: skip
+    assert beats["events"], "no flow-run heartbeat from the CLI run"
+
+
 def test_mlflow_holds_the_run(first_run):
     from mlflow.tracking import MlflowClient
 
