@@ -22,6 +22,20 @@ def xp_of(df):
     return np
 
 
+def array_module(a):
+    """The module of an array: CuPy for a CuPy array, else NumPy."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def to_host(a) -> np.ndarray:
+    """A NumPy or CuPy array as a NumPy array (copied from the GPU where it lives there)."""
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
 def as_array(obj, dtype):
     """A Series/DataFrame as a (device or host) array, without leaving the device."""
     if on_gpu(obj):

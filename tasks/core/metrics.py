@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def array_module(a):
-    """CuPy for a CuPy array, else NumPy."""
-    if type(a).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    return np
+from tasks.core.arrays import array_module, to_host
 
 
 def from_torch(t):
@@ -57,11 +50,7 @@ def _pr_curve(fps, tps, thr):
 def precision_recall(y, score) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's ``precision_recall_curve`` points (precision, recall; recall decreasing), on the host."""
     prec, rec, _ = _pr_curve(*ranking_curve(y, score))
-    return _to_host(prec), _to_host(rec)
-
-
-def _to_host(a) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
+    return to_host(prec), to_host(rec)
 
 
 def _two_classes(y) -> bool:

@@ -81,7 +81,7 @@ def fit_tree(x, y, xv, yv, seed: int, device: str = "auto") -> Tree:
     the DMatrix is then built in GPU memory."""
     import xgboost as xgb
 
-    from tasks.core.metrics import array_module
+    from tasks.core.arrays import array_module
 
     device, xp = tree_device(device), array_module(x)
     y, yv = xp.asarray(y), xp.asarray(yv)

@@ -58,7 +58,7 @@ def read_rows(features_dir: Path, names: list[str], topo: Topology, gpu: bool) -
     a pandas frame, and the feature matrix [rows, F] in float32 where the tree fits. On the GPU (``gpu``) the
     Parquet is read through cuDF, the index columns computed there and only numbers cross to the host; the matrix
     stays in GPU memory (CuPy)."""
-    from tasks.core.arrays import micros
+    from tasks.core.arrays import micros, to_host
     from tasks.core.training.frame_tensors import element_codes, feature_files
 
     cols = list(dict.fromkeys(["element_id", "timestamp", *META, *names]))
@@ -72,13 +72,9 @@ def read_rows(features_dir: Path, names: list[str], topo: Topology, gpu: bool) -
         x = f[names].to_numpy(np.float32)
     rows = f[[*META, *(c for c in RULE_WEIGHTS if c not in META)]]
     rows = rows.to_pandas() if gpu else rows.copy()
-    rows["t_us"] = _host(micros(f["timestamp"]))
-    rows["e_idx"] = _host(element_codes(f["element_id"], topo, features_dir))
+    rows["t_us"] = to_host(micros(f["timestamp"]))
+    rows["e_idx"] = to_host(element_codes(f["element_id"], topo, features_dir))
     return rows, x
-
-
-def _host(a) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def gpu_rows(device: str) -> bool:
@@ -106,7 +102,7 @@ def metrics_module(device: str):
 
 def _on(x, mask: np.ndarray):
     """``mask`` on the device of ``x`` (a boolean row selection of a NumPy or CuPy matrix)."""
-    from tasks.core.metrics import array_module
+    from tasks.core.arrays import array_module
 
     return array_module(x).asarray(mask)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.core.arrays import micros, on_gpu, xp_of
+from tasks.core.arrays import micros, on_gpu, to_host, xp_of
 from tasks.core.store import write_atomic
 from tasks.core.topology import Topology
 from tasks.core.training.tensors import model_graph, split_times, steps_to_onset
@@ -94,10 +94,6 @@ def element_codes(s, topo: Topology, where: Path):
     return out
 
 
-def _host(a) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
-
-
 def frame_tensors(df, topo: Topology, names: list[str], window: int, test_fraction: float, graph: str = "real",
                   seed: int = 0, horizon_minutes: float = 60.0, where: Path = Path("features")):  # fmt: skip
     """(arrays, info): X [T, E, F] float32 standardised on the train window, y and mask [T, E] int8 on the frame's
@@ -126,8 +122,8 @@ def frame_tensors(df, topo: Topology, names: list[str], window: int, test_fracti
     mask[cell] = 1 - _values(df["in_fault"], "int8")
     filled[cell] = True
     y, mask, filled = y.reshape(n_t, n_e), mask.reshape(n_t, n_e), filled.reshape(n_t, n_e)
-    times_h = _host(times)
-    ttf = steps_to_onset(_host(filled & (mask == 0)).astype(np.int8))
+    times_h = to_host(times)
+    ttf = steps_to_onset(to_host(filled & (mask == 0)).astype(np.int8))
     step_min = float(np.median(np.diff(times_h))) / 60e6 if n_t > 1 else 5.0
     indptr, indices = model_graph(topo, graph, seed)
     first = window - 1
