@@ -199,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "Deployments: fault_prediction_pipeline/{nightly,manual,gpu-manual}, presubmit_checklist/presubmit "
         "(triggered by each completed pipeline run), crashed_pipeline_run/crashed (triggered by each crashed one), "
-        "environment_doctor/doctor, simulate_workload/simulate, benchmark/benchmark. Automation: zombie runs "
-        "(no heartbeat for 90 s) are set Crashed. Ctrl-C stops everything.",
+        "submission_report/report (triggered by each passed checklist), tracking_replay/tracking-replay (every "
+        "10 minutes), environment_doctor/doctor, simulate_workload/simulate, benchmark/benchmark. Automation: "
+        "zombie runs (no heartbeat for 90 s) are set Crashed. Ctrl-C stops everything.",
         flush=True,
     )
     try:
