@@ -1,7 +1,7 @@
-"""A local stack: the Prefect server (SQLite), work pools, every deployment in prefect.yaml and a worker, plus an
-MLflow tracking server over the store's own SQLite database and a file server for the store (GX Data Docs), all
-on 127.0.0.1. The worker's runs log to that MLflow server, and their links (run-links artifact, MLflow tags) are
-http links into these servers.
+"""A local stack: the Prefect server on PostgreSQL (deployments/postgres.py), work pools, every deployment in
+prefect.yaml and a worker, plus an MLflow tracking server over the store's own SQLite database and a file server
+for the store (GX Data Docs), all on 127.0.0.1. The worker's runs log to that MLflow server, and their links
+(run-links artifact, MLflow tags) are http links into these servers.
 
 ``python -m deployments.stack up`` (what ``make ui`` runs) starts it and prints the URLs; Ctrl-C stops it.
 The browser tests start the same stack with ``Stack(...).start()``.
@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from deployments.automations import HEARTBEAT_S
+from deployments.postgres import Postgres
 from tasks.core.ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +34,7 @@ class Stack:
         store: Path | None = None,
         log_dir: Path | None = None,
         fast_schedules: bool = False,
+        database: str = "postgres",
     ) -> None:
         self.home = Path(home).resolve()
         self.port = port or free_port()
@@ -47,6 +49,8 @@ class Stack:
         self.procs: list[subprocess.Popen] = []
         self.worker: subprocess.Popen | None = None
         self.automations = ""
+        # PostgreSQL: writes from many runs at once wait for their locks; SQLite answers some of them 503
+        self.postgres = Postgres(self.home) if database == "postgres" else None
 
     @property
     def env(self) -> dict[str, str]:
@@ -55,9 +59,7 @@ class Stack:
             "PREFECT_HOME": str(self.home),
             "PREFECT_API_URL": self.api,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            # Prefect answers 503 for a SQLite write conflict its busy wait cannot cover (a transaction that read
-            # before it wrote, when another writer committed in between); its Python client retries, the UI does
-            # not. The server log says which error it was:
+            # a database error Prefect answers with 503 ("retry me") is named in the server log
             "PREFECT_SERVER_LOG_RETRYABLE_ERRORS": "true",
             "PREFECT_SERVER_API_HOST": "127.0.0.1",
             "PREFECT_SERVER_API_PORT": str(self.port),
@@ -73,6 +75,8 @@ class Stack:
         }
         if self.store:
             env["FAULTLINE_ROOT"] = str(self.store)
+        if self.postgres:
+            env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.postgres.url
         if self.fast:  # tests: the scheduler and the worker look every few seconds instead of every minute
             env.update(
                 PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="5",
@@ -84,11 +88,11 @@ class Stack:
     def _prefect(self, *args: str, timeout: int = 300) -> str:
         return self._python("-m", "prefect", *args, timeout=timeout)
 
-    def _spawn(self, name: str, *args: str, module: str = "prefect") -> subprocess.Popen:
+    def _spawn(self, name: str, *args: str, module: str = "prefect", argv: list[str] | None = None) -> subprocess.Popen:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            argv or [sys.executable, "-m", module, *args],
             env=self.env,
             cwd=REPO,
             stdout=log,
@@ -130,6 +134,10 @@ class Stack:
 
     def start(self, deploy: bool = True, worker: bool = True) -> Stack:
         self.home.mkdir(parents=True, exist_ok=True)
+        if self.postgres:
+            self.postgres.init()
+            self._spawn("postgres", argv=self.postgres.argv())
+            self.postgres.wait_ready()
         self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
         self._start_mlflow_and_files()
         self.wait_healthy()
@@ -184,10 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("command", choices=["up"])
     p.add_argument("--port", type=int, default=4200)
     p.add_argument("--home", default=str(REPO / ".faultline" / "prefect"))
+    p.add_argument("--database", choices=["postgres", "sqlite"], default="postgres", help="Prefect's database")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
-    stack = Stack(Path(args.home), args.port).start()
+    stack = Stack(Path(args.home), args.port, database=args.database).start()
     print(f"Prefect UI: {stack.url}  (pools {', '.join(POOLS)}; worker on faultline-cpu; logs {stack.log_dir})")
+    if stack.postgres:
+        pg = stack.postgres
+        print(f"Prefect DB: PostgreSQL, data {pg.data}, 127.0.0.1:{pg.port} (logins over its socket only)")
     print(f"MLflow UI:  {stack.mlflow_url}  (store {stack.root / 'mlflow.db'})")
     print(f"Data Docs:  {stack.files_url}/store/validate/<fingerprint>/gx/uncommitted/data_docs/local_site/")
     env = stack.home / "ui.env"

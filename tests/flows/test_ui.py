@@ -7,10 +7,12 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,9 +23,11 @@ from tasks.core.store import pid_alive
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.spark, pytest.mark.horovod]
 CHROMIUM = "/usr/bin/chromium"
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+LOAD_RUNS = 20
 
 
 def api(stack: Stack, path: str, body: dict | None = None):
+    """One request, no retry: on PostgreSQL no 503 ("retry me") may reach a client."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(
         f"{stack.api}{path}",
@@ -31,15 +35,20 @@ def api(stack: Stack, path: str, body: dict | None = None):
         headers={"Content-Type": "application/json"},
         method="POST" if data is not None else "GET",
     )
-    for attempt in range(4):
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:
-            # 503 is Prefect's "retry me" (a SQLite write conflict, rolled back); its own client retries it too
-            if e.code != 503 or attempt == 3:
-                raise
-            time.sleep(2 * (attempt + 1))
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
+def submit_at_once(stack: Stack, deployment_id: str, n: int) -> list[str]:
+    """``n`` flow runs created through the API by ``n`` clients at the same instant; any error status fails."""
+    barrier = threading.Barrier(n)
+
+    def create(i: int) -> str:
+        barrier.wait()
+        return api(stack, f"/deployments/{deployment_id}/create_flow_run", {"name": f"load-{i}"})["id"]
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(create, range(n)))
 
 
 def _open(page, url: str, until: str = "load") -> None:
@@ -93,6 +102,7 @@ def test_manual_run_from_the_custom_run_form(stack):
     from playwright.sync_api import sync_playwright
 
     dep = api(stack, "/deployments/name/fault_prediction_pipeline/manual")
+    replay = api(stack, "/deployments/name/tracking_replay/tracking-replay")
     name = f"ui-{uuid.uuid4().hex[:8]}"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
@@ -112,19 +122,13 @@ def test_manual_run_from_the_custom_run_form(stack):
             # the create request the Submit button sends, not for a navigation: closing the browser before that
             # request left once, in CI, no run at all.
             creates = f"/deployments/{dep['id']}/create_flow_run"
-            for attempt in range(3):
-                with page.expect_response(
-                    lambda r: r.url.endswith(creates) and r.request.method == "POST", timeout=60_000
-                ) as response:
-                    page.get_by_role("button", name="Submit").click()
-                # Prefect answers 503 when SQLite reports a write conflict at once (a transaction that read first
-                # cannot wait for the lock; the server log names it, PREFECT_SERVER_LOG_RETRYABLE_ERRORS is on).
-                # Nothing was written; the form stays open with an error, and a user submits again: so does this.
-                if response.value.status != 503:
-                    break
-                print(f"create_flow_run answered 503 (attempt {attempt + 1}); submitting again")
-                time.sleep(3)
-            assert response.value.ok, (response.value.status, response.value.text())
+            # the load: 20 runs created at once through the API, then the form submitted while the worker runs them
+            load = submit_at_once(stack, replay["id"], LOAD_RUNS)
+            with page.expect_response(
+                lambda r: r.url.endswith(creates) and r.request.method == "POST", timeout=60_000
+            ) as response:
+                page.get_by_role("button", name="Submit").click()
+            assert response.value.ok, (response.value.status, response.value.text())  # no 503 on PostgreSQL
             created = response.value.json()
             page.wait_for_url(lambda url: "/run?" not in url, timeout=90_000)
             page.screenshot(path=str(shots_dir(stack) / "1-custom-run-submitted.png"))
@@ -142,6 +146,8 @@ def test_manual_run_from_the_custom_run_form(stack):
     )
     assert run["name"] == name and run["deployment_id"] == dep["id"]
     assert run["state_type"] == "COMPLETED", run["state"]
+    states = wait_for(lambda: _all_final(stack, load), 300, f"the {LOAD_RUNS} runs of the load", every=5)
+    assert states == ["COMPLETED"] * LOAD_RUNS, states
     assert run["parameters"]["days"] == 1 and run["parameters"]["profile"] == "local"
     keys = {a["key"] for a in api(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}})}
     assert {
@@ -159,6 +165,12 @@ def test_manual_run_from_the_custom_run_form(stack):
     urls = _follow_run_links(stack, run_id, summary)
     _browse_links_with_the_network_blocked(stack, urls, summary)
     _checklist_triggered_by(stack, run_id, summary)
+
+
+def _all_final(stack: Stack, ids: list[str]) -> list[str] | None:
+    runs = api(stack, "/flow_runs/filter", {"flow_runs": {"id": {"any_": ids}}})
+    states = [r["state_type"] for r in runs]
+    return states if len(states) == len(ids) and set(states) <= FINAL else None
 
 
 def shots_dir(stack: Stack) -> Path:
