@@ -204,7 +204,7 @@ def cmd_tracking(args: argparse.Namespace) -> int:
     """Replay the tracking journals that runs wrote while the MLflow server was unreachable."""
     from tasks.core.config import load_config
     from tasks.core.errors import ConfigError
-    from tasks.tracking import replay_journals
+    from tasks.core.trackers import replay_journals
 
     try:
         out = replay_journals(load_config(args.profile, args.set))

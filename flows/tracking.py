@@ -20,7 +20,7 @@ def tracking_replay(profile: Literal["local", "gpu", "dgx"] = "local", overrides
     """
     from tasks.core.config import load_config
     from tasks.core.secrets import refuse_literal_secrets
-    from tasks.tracking import replay_journals
+    from tasks.core.trackers import replay_journals
 
     refuse_literal_secrets(overrides, "overrides")  # a secret in a parameter would be stored by Prefect
     out: dict[str, Any] = replay_journals(load_config(profile, overrides or []))

