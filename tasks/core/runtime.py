@@ -157,9 +157,28 @@ def spark_session(conf: dict[str, str]):
     builder = SparkSession.builder
     for k, v in conf.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    spark = get_or_create(builder)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def get_or_create(builder, attempts: int = 2):
+    """``builder.getOrCreate()``, started once more if the JVM dies before it answers (Py4J finds the gateway
+    gone: a start-up failure of the host, not of the configuration, which fails the same way twice)."""
+    from py4j.protocol import Py4JNetworkError
+    from pyspark import SparkContext
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return builder.getOrCreate()
+        except (Py4JNetworkError, ConnectionError) as e:
+            gateway = SparkContext._gateway
+            if gateway is not None and getattr(gateway, "proc", None) is not None:
+                gateway.proc.kill()  # the JVM, if it still lingers
+            SparkContext._gateway = SparkContext._jvm = SparkContext._active_spark_context = None
+            if attempt == attempts:
+                raise RuntimeError(f"Spark's JVM died while starting, {attempts} times: {e}") from e
+            print(f"Spark's JVM died while starting ({e}); starting it again", file=sys.stderr, flush=True)
 
 
 def effective_spark_conf(spark) -> dict[str, str]:

@@ -121,3 +121,30 @@ def test_the_configured_collector_is_the_one_the_spark_jvm_runs(sets, prefix):
     assert p.returncode == 0, p.stderr[-3000:]
     names = json.loads(p.stdout.strip().splitlines()[-1])
     assert names and all(n.startswith(prefix) for n in names), names
+
+
+def test_a_jvm_that_dies_while_starting_is_started_once_more(monkeypatch, capsys):
+    from pyspark import SparkContext
+
+    from tasks.core.runtime import get_or_create
+
+    class Builder:
+        def __init__(self, failures: int):
+            self.failures, self.calls = failures, 0
+
+        def getOrCreate(self):
+            self.calls += 1
+            if self.calls <= self.failures:
+                SparkContext._gateway = "a dead gateway"
+                raise ConnectionRefusedError(111, "Connection refused")
+            return "session"
+
+    for name in ("_gateway", "_jvm", "_active_spark_context"):  # a worker's own Spark session gets them back
+        monkeypatch.setattr(SparkContext, name, None)
+    once = Builder(1)
+    assert get_or_create(once) == "session" and once.calls == 2 and SparkContext._gateway is None
+    assert "Spark's JVM died while starting" in capsys.readouterr().err
+    twice = Builder(2)
+    with pytest.raises(RuntimeError, match="died while starting, 2 times"):
+        get_or_create(twice)
+    assert twice.calls == 2
