@@ -114,28 +114,61 @@ def test_quality_bench_runs_the_pipeline_per_topology_and_seed(tmp_path):
 
 
 @pytest.mark.spark
-def test_ingest_bench_reports_progress_a_table_and_a_chart(tmp_path):
-    """`faultline bench ingest` at the small size (one CPU Spark run and local[1] beside it): each variant logged
-    as it finishes, the table in the log, the JSON and its chart in MLflow."""
+def test_ingest_bench_runs_each_variant_in_its_own_application_with_progress_a_table_and_a_chart(rapids_jar, tmp_path):
+    """`faultline bench ingest` at the small size: CPU Spark, the RAPIDS Accelerator (``explainOnly`` here: no GPU;
+    the same processes, configurations and report as on a GPU host) with and without its shuffle, and local[1]
+    beside the master's local[2], each in its own application over the same files, in one invocation; each variant
+    logged as it finishes, the table in the log, the JSON and its chart in MLflow."""
     from mlflow.tracking import MlflowClient
 
-    results = tmp_path / "results"
-    sets = ["--set", f"paths.root={tmp_path}", "--set", "bench.repeat_under_s=0", "--set", "bench.spark_cores=[1]"]
+    from tasks.core.sparkops import read_event_log
+
+    results, work = tmp_path / "results", tmp_path / "work"
+    sets = [f"paths.root={tmp_path}", "bench.repeat_under_s=0", "bench.spark_cores=[1]", "ingest.master=local[2]"]
+    sets += [f"ingest.rapids_jar={rapids_jar}", "ingest.rapids_mode=explainOnly", "bench.gpu_tasks=[2]"]
+    sets += ['ingest.extra_conf={"spark.faultline.probe":"on"}']
     proc = faultline(  # -v: Prefect's INFO lines, where each variant's line goes
-        "-v", "bench", "ingest", "--size", "small", *sets, "--results", str(results), "--work", str(tmp_path / "work"),
-        "--json", root=tmp_path,
+        "-v", "bench", "ingest", "--size", "small", *[a for s in sets for a in ("--set", s)], "--results", str(results),
+        "--work", str(work), "--json", root=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     log = proc.stdout + proc.stderr
-    assert "ingest bench 1/2 cpu-spark" in log and "ingest bench 2/2 cpu-spark-cores1" in log
-    assert "bench ingest: 100%" in proc.stderr and "2/2" in proc.stderr  # the CLI's own progress bar
+    variants = ["cpu-spark", "rapids-tasks2", "rapids-tasks2-spark-shuffle", "cpu-spark-cores1"]
+    assert all(f"ingest bench {i}/4 {v}" in log for i, v in enumerate(variants, 1))  # run in this order
+    assert "bench ingest: 100%" in proc.stderr and "4/4" in proc.stderr  # the CLI's own progress bar
     assert "| cpu-spark-cores1 |" in log and "CPU Spark by cores: 1 cores" in log  # the table, in the run's log
     rep = json.loads((results / "ingest.json").read_text())
-    assert list(rep["spark_variants"]) == ["cpu-spark", "cpu-spark-cores1"]
+    assert set(rep["spark_variants"]) == set(variants) and rep["rapids_mode"] == "explainOnly"
     assert rep["device"] == f"{rep['hardware']['cpu_count']}-core CPU"  # no GPU in CI
-    assert [s["cores"] for s in rep["cpu_core_scaling"]] == [1, rep["hardware"]["cpu_count"]]
+    scaling = rep["cpu_core_scaling"]  # local[1] beside the master's local[2], from this invocation
+    assert [r["cores"] for r in scaling] == [1, 2] and scaling[0]["speedup"] == 1.0 and scaling[1]["speedup"] > 0
+    assert scaling[1]["seconds"] == rep["spark_variants"]["cpu-spark"]["seconds"]
+    assert rep["same_rows_every_run"] and rep["rows_in"] == rep["rows_out"] + rep["rows_quarantined"] > 0
+    for run in rep["spark_variants"].values():
+        assert run["runs"] == 1 and run["seconds"] > 0 and run["gpu_util_mean"] is None  # no GPU here
+    assert rep["rapids_best"] in rep["spark_variants"] and rep["rapids_vs_cpu_spark"] > 0
+    part = json.loads((work / "ingest" / "partial.json").read_text())  # the last variant's: every one, none remaining
+    assert part["spark_variants"] == rep["spark_variants"] and part["remaining"] == []
     assert (results / "ingest.png").stat().st_size > 5_000
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.get_run(last_json(proc.stdout)["mlflow_run_id"])
     assert run.data.tags["benchmark"] == "ingest"
     assert {"ingest.json", "ingest.png"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+
+    apps = {}
+    for app in (work / "ingest" / "spark-events").iterdir():  # one application per run, named after its variant
+        events = read_event_log(app)
+        start = next(e for e in events if e["Event"] == "SparkListenerApplicationStart")
+        conf = next(e for e in events if e["Event"] == "SparkListenerEnvironmentUpdate")["Spark Properties"]
+        apps[start["App Name"]] = dict(conf)
+    assert set(apps) == {f"faultline-bench-{v}" for v in variants}
+    assert "spark.plugins" not in apps["faultline-bench-cpu-spark"]
+    assert apps["faultline-bench-cpu-spark-cores1"]["spark.master"] == "local[1]"
+    assert "spark.plugins" not in apps["faultline-bench-cpu-spark-cores1"]
+    assert apps["faultline-bench-rapids-tasks2"]["spark.shuffle.manager"].endswith("RapidsShuffleManager")
+    # on Spark 4 the plugin puts its shuffle manager in by itself; this switch tells it to use Spark's own shuffle
+    assert apps["faultline-bench-rapids-tasks2-spark-shuffle"]["spark.rapids.shuffle.enabled"] == "false"
+    assert "spark.rapids.shuffle.enabled" not in apps["faultline-bench-rapids-tasks2"]
+    # ingest.extra_conf reaches every variant, and the report says what it was (a ceiling run is told apart)
+    assert rep["extra_conf"] == {"spark.faultline.probe": "on"}
+    assert {c.get("spark.faultline.probe") for c in apps.values()} == {"on"}

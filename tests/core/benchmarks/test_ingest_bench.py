@@ -97,58 +97,6 @@ def test_a_run_cut_short_leaves_the_variants_it_finished(tmp_path, monkeypatch):
     assert part["spark_variants"]["rapids-tasks2"]["runs"] == 1 and part["extrapolated"] is False
 
 
-@pytest.mark.spark
-def test_every_variant_ingests_the_same_files_in_its_own_application(rapids_jar, tmp_path):
-    from tasks.core.runtime import resolve_runtime
-    from tasks.core.sparkops import read_event_log
-    from tasks.core.stages.simulate import simulate
-
-    raw = tmp_path / "raw"
-    simulate("topozoo/Abilene", 1, 7, raw, dirt=0.0)  # clean: the pyarrow baseline parses every row
-    sets = ["ingest.master=local[2]", "ingest.shuffle_partitions=2", f"ingest.rapids_jar={rapids_jar}"]
-    sets += ["ingest.rapids_mode=explainOnly", f"bench.raw={raw}", "bench.gpu_tasks=[2]", "bench.repeat_under_s=0"]
-    sets += ["bench.spark_cores=[1]", 'ingest.extra_conf={"spark.faultline.probe":"on"}']
-    cfg = load_config("local", sets)
-    work = tmp_path / "work"
-    got = bench_ingest(work, 0.05, cfg.ingest, resolve_runtime(cfg, tmp_path), cfg.bench)
-
-    assert list(got["spark_variants"]) == [
-        "cpu-spark",
-        "rapids-tasks2",
-        "rapids-tasks2-spark-shuffle",
-        "cpu-spark-cores1",
-    ]
-    scaling = got["cpu_core_scaling"]  # local[1] beside the master's local[2], from this invocation
-    assert [r["cores"] for r in scaling] == [1, 2] and scaling[0]["speedup"] == 1.0 and scaling[1]["speedup"] > 0
-    assert scaling[1]["seconds"] == got["spark_variants"]["cpu-spark"]["seconds"]
-    assert got["same_rows_every_run"] and got["rows_in"] == got["rows_out"] + got["rows_quarantined"] > 0
-    assert 0 < got["pyarrow_rows"] < got["rows_in"] and got["rapids_mode"] == "explainOnly"  # pyarrow: KPI only
-    for run in got["spark_variants"].values():
-        assert run["runs"] == 1 and run["seconds"] > 0 and run["gpu_util_mean"] is None  # no GPU here
-    assert got["rapids_best"] in got["spark_variants"] and got["rapids_vs_cpu_spark"] > 0
-    assert json.loads(json.dumps(got))["spark_variants"] == got["spark_variants"]  # plain JSON
-    part = json.loads((work / "partial.json").read_text())  # the last variant's: every one, none remaining
-    assert part["spark_variants"] == got["spark_variants"] and part["remaining"] == []
-
-    names = {}
-    for app in (work / "spark-events").iterdir():  # one application per run, named after its variant
-        events = read_event_log(app)
-        start = next(e for e in events if e["Event"] == "SparkListenerApplicationStart")
-        conf = next(e for e in events if e["Event"] == "SparkListenerEnvironmentUpdate")["Spark Properties"]
-        names[start["App Name"]] = dict(conf)
-    assert set(names) == {f"faultline-bench-{v}" for v in got["spark_variants"]}
-    assert "spark.plugins" not in names["faultline-bench-cpu-spark"]
-    assert names["faultline-bench-cpu-spark-cores1"]["spark.master"] == "local[1]"
-    assert "spark.plugins" not in names["faultline-bench-cpu-spark-cores1"]
-    assert names["faultline-bench-rapids-tasks2"]["spark.shuffle.manager"].endswith("RapidsShuffleManager")
-    # on Spark 4 the plugin puts its shuffle manager in by itself; this switch tells it to use Spark's own shuffle
-    assert names["faultline-bench-rapids-tasks2-spark-shuffle"]["spark.rapids.shuffle.enabled"] == "false"
-    assert "spark.rapids.shuffle.enabled" not in names["faultline-bench-rapids-tasks2"]
-    # ingest.extra_conf reaches every variant, and the report says what it was (a ceiling run is told apart)
-    assert got["extra_conf"] == {"spark.faultline.probe": "on"}
-    assert {c.get("spark.faultline.probe") for c in names.values()} == {"on"}
-
-
 def test_the_report_table_and_chart(tmp_path):
     from tasks.core.benchmarks.ingest_report import markdown_table, plot_ingest
 
