@@ -22,10 +22,10 @@ demo: setup
 	$(VENV)/bin/faultline run --profile $(PROFILE)
 
 # Every test, real engines included, on TEST_WORKERS processes (a file's tests stay together unless it says
-# SPREAD_OVER_WORKERS; the longest groups start first, see tests/conftest.py); prints the 25 slowest.
+# SPREAD_OVER_WORKERS); prints the 25 slowest.
 TEST_WORKERS ?= 3
 test: setup browser-deps lint
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The inner loop (about a minute): logic, rules, config, the checklist on literal evidence, the kernels' NumPy
 # references. No JVM, cluster, Prefect API or CLI run: a test in this lane that starts one fails, naming the marker.

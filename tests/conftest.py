@@ -48,29 +48,13 @@ def _group_for_workers(items) -> None:
     (Letting independent end-to-end tests of one file run on both workers at once measured slower: 1,283 s
     against 1,208 s for the suite, the two runs contending for the same two cores.)"""
     shared = {i.nodeid.split("::")[0] for i in items if "pipeline_run" in getattr(i, "fixturenames", ())}
-    groups: dict[str, str] = {}
     for item in items:
         path = item.nodeid.split("::")[0]
         if getattr(item.module, "SPREAD_OVER_WORKERS", False):  # tests that share nothing: each on any worker
             group = item.nodeid
         else:
             group = "pipeline_run" if path in shared else path
-        groups[item.nodeid] = group
         item.add_marker(pytest.mark.xdist_group(group))
-    # Longest first (make test passes --no-loadscope-reorder, so xdist hands groups out in this order): a long
-    # end-to-end group started last would run alone at the end while the other workers idle.
-    weight: dict[str, int] = {}
-    for item in items:
-        weight[groups[item.nodeid]] = weight.get(groups[item.nodeid], 0) + _cost(item)
-    items.sort(key=lambda i: -weight[groups[i.nodeid]])
-
-
-def _cost(item) -> int:
-    """A rough cost for ordering: an end-to-end or browser test, an engine test, a unit test."""
-    keys = set(item.keywords) | set(getattr(item, "fixturenames", ()))
-    if {"slow", "browser", "pipeline_run"} & keys:
-        return 100
-    return 20 if (ENGINE_MARKERS | ENGINE_FIXTURES) & keys else 1
 
 
 @pytest.fixture(autouse=True)
