@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PROFILE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo local)
 export FAULTLINE_CACHE ?= $(HOME)/.cache/faultline
 
-.PHONY: setup bundle demo test test-fast lint ui browser-deps bench clean
+.PHONY: setup bundle demo test test-fast lint ui browser-deps bench clean disk-check
 
 # Idempotent and cached: a second run does nothing; a fresh clone installs from ~/.cache/faultline (no download).
 setup:
@@ -24,8 +24,14 @@ demo: setup
 # Every test, real engines included, on TEST_WORKERS processes (a file's tests stay together unless it says
 # SPREAD_OVER_WORKERS); prints the 25 slowest.
 TEST_WORKERS ?= 3
-test: setup browser-deps lint
+test: setup browser-deps lint disk-check
 	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=25
+
+# The suite writes about 8 GB under the temporary folder; a full disk kills JVMs mid-start with no clear word.
+TEST_DISK_GB ?= 12
+disk-check:
+	@tmp=$${TMPDIR:-/tmp}; free=$$(df -Pk "$$tmp" | awk 'NR==2 {print int($$4 / 1048576)}'); \
+	test "$$free" -ge $(TEST_DISK_GB) || { echo "make test: $$tmp has $$free GB free, the suite needs $(TEST_DISK_GB) GB" >&2; exit 2; }
 
 # The inner loop (about a minute): logic, rules, config, the checklist on literal evidence, the kernels' NumPy
 # references. No JVM, cluster, Prefect API or CLI run: a test in this lane that starts one fails, naming the marker.
