@@ -104,6 +104,17 @@ def install_horovod(py: Path, sdist: Path, gpu: bool) -> str:
     return wheel
 
 
+def compile_site(py: Path) -> None:
+    """Byte-code for every installed module, written once here: the wheels go in with ``--no-compile`` (fast), and
+    a host that sets ``PYTHONDONTWRITEBYTECODE`` would otherwise compile Prefect, MLflow, GX and torch from source
+    in every process that imports them (about twice the import time: 1.9 s against 0.7 s for GX). A file that
+    does not compile (a package's template or test data) is left as it is."""
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], "site").strip()
+    started = time.time()
+    subprocess.run([py, "-m", "compileall", "-q", "-j", "0", site], capture_output=True)
+    say(f"byte-compiled {site} in {time.time() - started:.0f} s")
+
+
 def install_jre(venv: Path, tarball: Path) -> Path:
     target = venv / "jre"
     shutil.rmtree(target, ignore_errors=True)
@@ -151,6 +162,7 @@ def install(python: str, venv: Path, target: Target, torch: dict | None, parts: 
         link_host_torch(py, torch)
     install_wheels(py, parts["wheels"])
     hvd = install_horovod(py, parts["horovod"], target.gpu)
+    compile_site(py)
     jre = install_jre(venv, parts["jre"])
     jar = install_jar(venv, parts["jar"])
     install_docs_assets(venv, parts["npm"])

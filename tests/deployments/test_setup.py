@@ -87,6 +87,10 @@ def test_make_setup_from_a_bundle_with_no_network(tmp_path):
     assert stamp["java_home"] == str(venv / "jre") and Path(stamp["horovod_wheel"]).is_file()
     assert sum(f.startswith("npm/") for f in manifest["files"]) == 10  # the Data Docs' scripts and styles
     assert (venv / "share/faultline-datadocs/jquery@3.7.1/dist/jquery.min.js").is_file()
+    # byte-code written by setup, so a host with PYTHONDONTWRITEBYTECODE does not compile the stack in every process
+    site = next(venv.glob("lib/python3*/site-packages"))
+    assert list((site / "great_expectations" / "__pycache__").glob("__init__.*.pyc"))
+    assert list((site / "prefect" / "__pycache__").glob("flows.*.pyc"))
     # a script file, not `python -c`: PySpark's connect module takes a main module without a file for its doctests
     probe_py = tmp_path / "probe.py"
     probe_py.write_text(
