@@ -233,6 +233,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if report["verdict"] == "pass" else EXIT_FAIL
 
 
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from tasks.warmup import warm
+
+    result = warm(args.profile, say=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print_json(result)
+    return EXIT_OK
+
+
 def _bench_overrides(args: argparse.Namespace) -> list[str]:
     """The benchmark flags are config keys (``bench.*``), set like any other override."""
     out = list(args.set or [])
@@ -311,6 +320,10 @@ def _check_parser(sub) -> None:
     d = sub.add_parser("doctor", help="environment checks, runnable before any pipeline run")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_doctor)
+    w = sub.add_parser("warmup", help="compile the GPU path's kernels into CuPy's cache (make setup does it on a GPU)")
+    w.add_argument("--profile", default="gpu", choices=PROFILES)
+    w.add_argument("--json", action="store_true")
+    w.set_defaults(func=cmd_warmup)
     t = sub.add_parser("tracking", help="replay tracking journaled while the MLflow server was unreachable")
     t.add_argument("action", choices=["replay"])
     t.add_argument("--profile", default="local", choices=PROFILES)

@@ -26,7 +26,9 @@
 #             GPU): Horovod and torch DDP, three runs of each, snapshots/s (median, min, max) and GPU utilization
 #   trainab   bench/device/train_ab.py: the same bench size with Horovod, a base tree (a git archive carried as
 #             .devparts/base.tgz, unpacked by start) vs this one, alternating, 3 runs each
-#   warm      the run again with features and train recomputed: the same host with its kernel caches warm
+#   cold      the run again from features (features, train, evaluate recomputed) with empty kernel caches: the
+#             first run on a host that never ran `faultline warmup`
+#   warm      the run again with features, train and evaluate recomputed: the same host with its kernel caches warm
 #   hostab    the run again with the training tensors built on the host (train.tensors=host): train and evaluate
 #             A/B against the run's on-GPU build, on the same host in one chain
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
@@ -149,10 +151,18 @@ PY
         > $R/run_host.json 2> $R/run_host.log
       echo "hostab rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store hostab; parts /tmp/fl/root/store
       python3 -c "import json; d=json.loads(open('$R/run_host.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+    cold) # the GPU path again from features with empty kernel caches (CuPy's, CUDA's): a host that never ran the
+      # warm-up (make setup's `faultline warmup`); with the warm step after it, an A/B of the warm-up on one host
+      rm -rf /tmp/fl/cold && mkdir -p /tmp/fl/cold
+      CUPY_CACHE_DIR=/tmp/fl/cold/cupy CUDA_CACHE_PATH=/tmp/fl/cold/nv $FL run --profile gpu --topology backbone/world \
+        --days ${DAYS:-14} --refresh features --refresh train --refresh evaluate --json > $R/run_cold.json 2> $R/run_cold.log
+      echo "cold rc=$? ($(ls /tmp/fl/cold/cupy 2>/dev/null | wc -l) kernels compiled)" >> $R/steps.log
+      manifests /tmp/fl/root/store cold; parts /tmp/fl/root/store
+      python3 -c "import json; d=json.loads(open('$R/run_cold.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     warm) # the GPU path again on the same host, features and train recomputed: the CUDA kernels (ours, CuPy's)
       # now compiled and cached on disk, the OS page cache warm; cold start = the run's figures minus these
-      $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --refresh features --refresh train --json \
-        > $R/run_warm.json 2> $R/run_warm.log
+      $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --refresh features --refresh train \
+        --refresh evaluate --json > $R/run_warm.json 2> $R/run_warm.log
       echo "warm rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store warm; parts /tmp/fl/root/store
       python3 -c "import json; d=json.loads(open('$R/run_warm.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
     scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} --results $R --work /tmp/fl/bench \
