@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -22,6 +23,33 @@ def _manifest(d: Path, stage: str) -> dict:
     found = sorted((d / "manifests" / "run").glob(f"{stage}-*.json")) or sorted(d.glob(f"manifests/{stage}-*.json"))
     (path,) = found
     return json.loads(path.read_text())
+
+
+def warmup_ab(steps_log: Path) -> dict | None:
+    """The cold and warm steps' stage times from the chain's steps.log (each step's summary line), with the median,
+    min and max of each recomputed stage: what ``faultline warmup`` saves a host's first run, on one host."""
+    runs: dict[str, list[dict[str, float]]] = {"cold": [], "warm": []}
+    step = None
+    for line in steps_log.read_text().splitlines():
+        head = re.match(r"== \S+ (\w+)", line)
+        if head:
+            step = head.group(1)
+        elif step in runs and line.startswith("validate ") and "evaluate" in line:
+            runs[step].append({k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", line)})
+    if not runs["cold"] or not runs["warm"]:
+        return None
+    out: dict = {"recomputed": ["features", "train", "evaluate"]}
+    for kind, rs in runs.items():
+        out[kind] = {s: {"median_s": statistics.median(r[s] for r in rs), "min_max_s": [min(r[s] for r in rs),
+                         max(r[s] for r in rs)]} for s in out["recomputed"]}  # fmt: skip
+        out[kind]["repeats"] = len(rs)
+        out[kind]["sum_of_medians_s"] = round(sum(out[kind][s]["median_s"] for s in out["recomputed"]), 1)
+    out["saved_s"] = round(out["cold"]["sum_of_medians_s"] - out["warm"]["sum_of_medians_s"], 1)
+    out["method"] = (
+        "cold: the run again from features with empty kernel caches (CUPY_CACHE_DIR, CUDA_CACHE_PATH); warm: the "
+        "same with the caches make setup's faultline warmup filled; alternated on one host"
+    )
+    return out
 
 
 def gpu_run(d: Path, commit: str, steps: str) -> dict:
@@ -82,6 +110,21 @@ def gpu_run(d: Path, commit: str, steps: str) -> dict:
             f'(bench/device/session.sh, STEPS="{steps}")',
         },
         "extrapolated": [],
+        **({"kernel_warmup": ab} if (ab := warmup_ab(d / "steps.log")) else {}),
+        "setup": _setup(d),
+    }
+
+
+def _setup(d: Path) -> dict:
+    """make setup's time on the host, and its kernel warm-up's (from the install log)."""
+    t = (d / "install_time.txt").read_text() if (d / "install_time.txt").is_file() else ""
+    log = (d / "install.log").read_text() if (d / "install.log").is_file() else ""
+    warm = re.search(r"warm in ([\d.]+) s: .* holds (\d+) kernels", log)
+    total = re.search(r"in (\d+) s", t)
+    return {
+        "seconds": int(total.group(1)) if total else None,
+        "kernel_warmup_s": float(warm.group(1)) if warm else None,
+        "kernels_cached": int(warm.group(2)) if warm else None,
     }
 
 
