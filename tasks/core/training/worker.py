@@ -8,6 +8,7 @@ Every distributed line is marked ``[dist]``; the model (``model.py``) knows noth
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -28,7 +29,7 @@ from tasks.core.config import TrainConfig
 from tasks.core.metrics import from_torch, pr_auc
 from tasks.core.store import write_json_atomic
 from tasks.core.training.checkpoint import load_latest, save_checkpoint
-from tasks.core.training.comm import make_comm
+from tasks.core.training.comm import exit_now, make_comm
 from tasks.core.training.frame_tensors import as_torch, build, write_meta
 from tasks.core.training.model import FaultGNN, hazard_loss, normalised_adjacency, score_snapshots, windows_at
 from tasks.core.training.profiling import StepProfiler, StepTimer
@@ -384,9 +385,11 @@ def _train(spec: TrainingSpec, run: RunState, comm, out_dir: Path, timeline: Tim
         write_json_atomic(out_dir / "history.json", state.history, indent=None)
         timeline.mark("save")
         write_json_atomic(out_dir / "timeline.json", timeline.parts(), indent=None)
+    run.net = run.optimizer = None  # DDP's reducer holds work on the process group: released while the group lives
+    gc.collect()
     comm.shutdown()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_now(main(sys.argv[1]))

@@ -14,3 +14,19 @@ def test_the_stage_puts_the_launcher_before_rank_0s_parts_and_the_shutdown_after
     assert t["parts_s"] == {"launcher": 3.0, **parts, "shutdown": 1.25}
     assert sum(t["parts_s"].values()) == pytest.approx(17.0)  # the launch's wall time, whole
     assert rank_timeline(tmp_path / "missing.json", 0.0, 1.0) is None
+
+
+def test_a_rank_exits_with_its_code_and_its_output_flushed_without_teardown():
+    """The ranks leave through ``exit_now`` (no interpreter finalization, where Gloo's threads can abort a rank that
+    finished): what they printed still arrives, and the exit code is theirs; an atexit hook does not run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit; from tasks.core.training.comm import exit_now\n"
+        "atexit.register(lambda: print('teardown ran'))\n"
+        "print('epoch 3 done', end='')\n"
+        "exit_now(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and proc.stdout == "epoch 3 done", (proc.returncode, proc.stdout, proc.stderr[-500:])
