@@ -245,6 +245,7 @@ class BenchSize(_Section):
     times: int = Field(ge=16, description="train: snapshots of synthetic training data")
     rows: int = Field(ge=1000, description="features: KPI rows of the benchmark lake")
     size_gb: float = Field(gt=0, description="ingest: GB of raw KPI exports")
+    ingest_topology: str = Field("backbone/world", description="ingest: topohub key of the simulated exports")
     train_epochs: int = Field(ge=2, description="scaling: training epochs (the first is warm-up)")
     train_hidden: int | None = Field(None, ge=4, description="scaling: model width (None: the profile's)")
     quality_topologies: list[str] = Field(
@@ -260,7 +261,8 @@ class BenchSize(_Section):
 class BenchConfig(_Section):
     size: Literal["small", "full"] = Field("full", description="small: a quick test of the flow; full: figures")
     small: BenchSize = BenchSize(
-        **{"topology": "topozoo/Abilene", "days": 1, "times": 160, "rows": 200_000, "size_gb": 0.05},
+        **{"topology": "topozoo/Abilene", "days": 1, "times": 160, "rows": 200_000, "size_gb": 0.002},
+        **{"ingest_topology": "topozoo/Geant2012"},  # 3 days, 32 k rows: every variant's path, in seconds
         **{"train_epochs": 4, "train_hidden": 8, "quality_topologies": ["topozoo/Abilene"], "quality_held_out": []},
         **{"quality_seeds": [1], "quality_days": 3},
     )

@@ -9,6 +9,7 @@ and its own application; GPU utilization is sampled inside it over the ingest on
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -18,10 +19,12 @@ from typing import Any
 from tasks.core.benchmarks.measure import ratio, spread
 from tasks.core.config import BenchConfig, IngestConfig
 from tasks.core.runtime import Runtime, master_cores, spark_conf, spark_session
+from tasks.core.schema import STEPS_PER_DAY
 from tasks.core.stages.ingest import run_ingest
 from tasks.core.stages.raw import discover
 from tasks.core.stages.simulate import simulate
 from tasks.core.store import json_safe, write_json_atomic
+from tasks.core.topology import load_topology
 
 MB = 1024 * 1024
 logger = logging.getLogger("faultline.bench.ingest")
@@ -29,9 +32,13 @@ ARROW_REPEATS = 3
 PARTIAL = "partial.json"  # under the bench's work directory: the variants finished so far (write_partial)
 
 
+KPI_CSV_BYTES_PER_ROW = 70  # the simulator's KPI lines: 77 MB a day for backbone/world's 3,815 elements
+
+
 def ensure_raw(work: Path, size_gb: float, topology: str = "backbone/world", seed: int = 7) -> Path:
-    """Simulated exports of at least ``size_gb`` of KPI CSV (about 77 MB a day for backbone/world)."""
-    days = max(1, int(size_gb * 1024 / 76) + 1)
+    """Simulated exports of at least ``size_gb`` of KPI CSV (whole days: 14 for 1 GB of backbone/world)."""
+    per_day = load_topology(topology).n * STEPS_PER_DAY * KPI_CSV_BYTES_PER_ROW
+    days = max(1, math.ceil(size_gb * 1024**3 / per_day))
     raw = work / f"raw-{topology.replace('/', '_')}-{days}d"
     if not (raw / "ground_truth.json").is_file():
         shutil.rmtree(raw, ignore_errors=True)
@@ -210,7 +217,7 @@ def _spark_variants(
 def bench_ingest(
     work: Path, size_gb: float, cfg: IngestConfig, rt: Runtime, bench: BenchConfig, progress: Progress = None
 ) -> dict[str, Any]:
-    raw = Path(bench.raw) if bench.raw else ensure_raw(work, size_gb)
+    raw = Path(bench.raw) if bench.raw else ensure_raw(work, size_gb, bench.sized.ingest_topology)
     layout = discover(raw)
     raw_mb = sum(p.stat().st_size for p in layout.kpi_files + layout.alarm_files) / MB
     kpi_mb = sum(p.stat().st_size for p in layout.kpi_files) / MB
