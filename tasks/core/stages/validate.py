@@ -56,9 +56,9 @@ def _run_suite(context, source, name: str, expectations: list, df, actions: list
             result_format={"result_format": "SUMMARY"},
         )
     )
-    spark = getattr(df, "sparkSession", None)  # None: a pandas frame (the topology's)
-    group = job_group(spark, f"validate:{name}", f"GX suite {name}: {len(expectations)} expectations")
-    with group if spark is not None else nullcontext():
+    spark = getattr(df, "sparkSession", None)  # None: a pandas frame (the topology's), which starts no Spark job
+    described = f"GX suite {name}: {len(expectations)} expectations"
+    with job_group(spark, f"validate:{name}", described) if spark is not None else nullcontext():
         result = cp.run(batch_parameters={"dataframe": df})
     (run_result,) = result.run_results.values()
     return run_result.to_json_dict() | {"_success": bool(result.success)}
