@@ -79,11 +79,12 @@ def _tensors_and_metrics(cfg, summary: dict[str, Any], out: Path, gpu: bool) -> 
 
 def warm(profile: str = "gpu", gpu: bool | None = None, say=print) -> dict[str, Any]:
     """Run the GPU path's kernels once on a tiny network; returns what ran, the seconds, and the kernels CuPy's cache
-    held before and after. ``gpu``: None detects a GPU with cuDF."""
+    held before and after. ``gpu``: None takes the features stage's own choice (``runtime.dataframe_backend``)."""
     if gpu is None:
-        from tasks.core.stages.evaluate import gpu_rows
+        from tasks.core.config import load_config
+        from tasks.core.runtime import dataframe_backend, detect_hardware
 
-        gpu = gpu_rows("cuda" if _has_gpu() else "cpu")
+        gpu = dataframe_backend(load_config(profile).features, detect_hardware()) == "cudf"
     before, started = cached_kernels(), time.perf_counter()
     say(f"warming the {'GPU' if gpu else 'CPU'} path's kernels on {WARM_TOPOLOGY} ({WARM_DAYS} days)")
     work = Path(tempfile.mkdtemp(prefix="faultline-warmup-"))
@@ -106,9 +107,3 @@ def warm(profile: str = "gpu", gpu: bool | None = None, say=print) -> dict[str, 
         f"{result['cached_kernels_after']} kernels ({result['cached_kernels_before']} before)"
     )
     return result
-
-
-def _has_gpu() -> bool:
-    from tasks.core.hardware import detect_hardware
-
-    return bool(detect_hardware().gpus)

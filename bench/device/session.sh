@@ -74,6 +74,10 @@ print('  $s', round(d['seconds'], 1), 's:', d.get('timings_s') or '', t.get('par
   done
 }
 
+stage_line() {  # a --json run's stage times, one line, into the steps log
+  python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" "$1" >> $R/steps.log
+}
+
 chain() {
   step "setup"; { nvidia-smi; nvidia-smi topo -m; lscpu; python3 -c 'import sys, torch; print(sys.version, torch.__version__)'; } > $R/device.txt 2>&1
   presimulate & SIM=$!
@@ -92,7 +96,7 @@ chain() {
     run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
       echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store run
       parts /tmp/fl/root/store
-      python3 -c "import json; d=json.loads(open('$R/run.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+      stage_line $R/run.json ;;
     lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
     rapids) # this chain's raw stage, the newest: an earlier chain's (another tree, another fingerprint) may linger on a
@@ -150,7 +154,7 @@ PY
       $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --set train.tensors=host --json \
         > $R/run_host.json 2> $R/run_host.log
       echo "hostab rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store hostab; parts /tmp/fl/root/store
-      python3 -c "import json; d=json.loads(open('$R/run_host.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+      stage_line $R/run_host.json ;;
     cold) # the GPU path again from features with empty kernel caches (CuPy's, CUDA's): a host that never ran the
       # warm-up (make setup's `faultline warmup`); with the warm step after it, an A/B of the warm-up on one host
       rm -rf /tmp/fl/cold && mkdir -p /tmp/fl/cold
@@ -158,13 +162,13 @@ PY
         --days ${DAYS:-14} --refresh features --refresh train --refresh evaluate --json > $R/run_cold.json 2> $R/run_cold.log
       echo "cold rc=$? ($(ls /tmp/fl/cold/cupy 2>/dev/null | wc -l) kernels compiled)" >> $R/steps.log
       manifests /tmp/fl/root/store cold; parts /tmp/fl/root/store
-      python3 -c "import json; d=json.loads(open('$R/run_cold.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+      stage_line $R/run_cold.json ;;
     warm) # the GPU path again on the same host, features and train recomputed: the CUDA kernels (ours, CuPy's)
       # now compiled and cached on disk, the OS page cache warm; cold start = the run's figures minus these
       $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --refresh features --refresh train \
         --refresh evaluate --json > $R/run_warm.json 2> $R/run_warm.log
       echo "warm rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store warm; parts /tmp/fl/root/store
-      python3 -c "import json; d=json.loads(open('$R/run_warm.json').read().strip().splitlines()[-1]); print(' '.join(f'{k} {v[\"seconds\"]:.1f}s' for k, v in d['stages'].items()))" >> $R/steps.log ;;
+      stage_line $R/run_warm.json ;;
     scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} --results $R --work /tmp/fl/bench \
         --json > $R/scaling.log 2>&1
       echo "scaling rc=$?" >> $R/steps.log ;;
