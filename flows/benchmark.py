@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any, Literal
 
 from prefect import flow
@@ -11,6 +12,7 @@ from tasks.benchmark import (
     baseline_task,
     e2e_task,
     features_bench_task,
+    increment_task,
     ingest_bench_task,
     quality_task,
     scaling_task,
@@ -19,9 +21,10 @@ from tasks.benchmark import (
 from tasks.core.benchmarks.e2e import cpu_overrides, cpu_until
 from tasks.core.config import load_config
 from tasks.core.runtime import resolve_runtime
-from tasks.runner import store_root
+from tasks.runner import store_root, value
+from tasks.simulate import simulate_task
 
-Suite = Literal["baseline", "scaling", "ingest", "train", "features", "e2e", "quality"]
+Suite = Literal["baseline", "scaling", "ingest", "train", "features", "e2e", "quality", "increment"]
 TASKS = {
     "baseline": baseline_task,
     "scaling": scaling_task,
@@ -47,6 +50,32 @@ def quality_runs(cfg, profile: str, overrides: list[str]) -> list[dict[str, Any]
     return runs
 
 
+def increment_runs(cfg, profile: str, overrides: list[str]) -> list[dict[str, Any]]:
+    """Per repeat, three pipeline runs (subflows): a base over N - 1 days, the N-th day over it, and a full run over
+    the N days in a fresh store (``tasks.core.benchmarks.increment``)."""
+    from pathlib import Path
+
+    from tasks.core.benchmarks.increment import copy_days, identical
+
+    size = cfg.bench.sized
+    days = [f"workload.topology={size.increment_topology}", f"workload.days={size.increment_days}"]
+    all_days = Path(
+        value(simulate_task(load_config(profile, [*overrides, *days]).workload, store_root(cfg.paths.root))).path
+    )
+    runs = []
+    for r in range(size.increment_repeats):
+        work = Path(cfg.bench.work).resolve() / "increment" / str(r)
+        shutil.rmtree(work, ignore_errors=True)
+        raw, a, b = work / "raw", [*overrides, f"paths.root={work / 'a'}"], [*overrides, f"paths.root={work / 'b'}"]
+        copy_days(all_days, raw, slice(0, size.increment_days - 1))
+        fault_prediction_pipeline(profile=profile, raw=str(raw), overrides=a)
+        copy_days(all_days, raw, slice(size.increment_days - 1, None))
+        inc = fault_prediction_pipeline(profile=profile, raw=str(raw), overrides=a)
+        full = fault_prediction_pipeline(profile=profile, raw=str(raw), overrides=b, incremental=False)
+        runs.append({"increment": inc, "full": full, "identical": identical(inc, full)})
+    return runs
+
+
 @flow(name="benchmark", log_prints=True)
 def benchmark(
     suites: list[Suite] = ["baseline", "scaling"],  # noqa: B006
@@ -59,7 +88,8 @@ def benchmark(
     Args:
         suites: which benchmarks: baseline, scaling, ingest, train, features, e2e (two pipeline runs of the
             profile's workload: as the profile says, and on the CPU path), quality (pipeline runs over the
-            yardstick's topologies and seeds: graph model vs tuned tree vs rule vs the oracles).
+            yardstick's topologies and seeds: graph model vs tuned tree vs rule vs the oracles), increment (a new
+            day after the others were processed, against a full run over all of them).
         profile: the profile (deployments/profiles/*.yaml).
         overrides: config overrides, each section.key=value; the sizes are config too (bench.size=small,
             bench.full.rows=50000000, bench.max_workers=8, ...).
@@ -71,6 +101,8 @@ def benchmark(
     for suite in suites:
         if suite == "features":
             out[suite] = features_bench_task(cfg, rt, list(parts or []))
+        elif suite == "increment":
+            out[suite] = increment_task(cfg, increment_runs(cfg, profile, overrides or []))
         elif suite == "quality":
             out[suite] = quality_task(cfg, quality_runs(cfg, profile, overrides or []))
         elif suite == "e2e":

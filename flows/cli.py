@@ -138,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             until=args.until,
             force=args.force,
             refresh=list(args.refresh or []) or None,
+            incremental=not args.full,
         )
     except DataRejected as exc:
         return _data_rejected(exc, args)
@@ -307,6 +308,9 @@ def _run_parser(sub) -> None:
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     r.add_argument("--force", action="store_true", help="recompute every stage (training from scratch)")
     r.add_argument("--refresh", action="append", choices=STAGES, help="recompute this stage (repeatable)")
+    r.add_argument(
+        "--full", action="store_true", help="every day and training from scratch, where new days alone would do"
+    )
     r.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     r.set_defaults(func=cmd_run)
 
@@ -334,7 +338,9 @@ def _check_parser(sub) -> None:
 
 def _bench_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
-    b.add_argument("what", choices=["all", "baseline", "scaling", "ingest", "train", "features", "e2e", "quality"])
+    b.add_argument(
+        "what", choices=["all", "baseline", "scaling", "ingest", "train", "features", "e2e", "quality", "increment"]
+    )
     b.add_argument("--size", choices=["small", "full"], default="full", help="small: a quick test of the flow")
     b.add_argument("--max-workers", type=int, help="scaling: up to N workers (default: the profile's)")
     b.add_argument("--topology", help="topohub key (train): default the profile's workload topology")

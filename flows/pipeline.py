@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from tasks.core.stages.features import lake_fingerprint
 from tasks.core.store import StageResult
 from tasks.evaluate import evaluate_task
 from tasks.features import features_task
+from tasks.increment import champion_weights, plan_increment
 from tasks.ingest import ingest_task
 from tasks.runner import store_root, value
 from tasks.runs import mark_crashed_run, publish_links, recover_crashed_runs, revive_run
@@ -57,22 +59,41 @@ def run_stages(
     lake: str | None,
     redo,
     node_metrics: dict[str, Any] | None = None,
+    incremental: bool = True,
+    network: str = "",
 ) -> dict[str, StageResult]:
     stages: dict[str, StageResult] = {}
+    inc = None
     if "validate" in plan:
         raw = raw or value(simulate_task(cfg.workload, root)).path
-        stages["validate"] = value(validate_task(str(raw), cfg.validate_, rt, root, redo("validate")))
+        inc = plan_increment(cfg, rt, root, str(raw)) if incremental and not redo("validate") else None
+        stages["validate"] = value(validate_task(str(raw), cfg.validate_, rt, root, redo("validate"), inc))
+        inc = inc and inc.taken(stages["validate"].get("increment"))  # None: validation ran over every file
     if "ingest" in plan:
-        stages["ingest"] = value(ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest")))
+        redone = None if redo("ingest") else inc  # a forced stage recomputes every day
+        stages["ingest"] = value(
+            ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest"), redone)
+        )
         lake, lake_fp = str(stages["ingest"].path), stages["ingest"].fingerprint
     elif "features" in plan:
         lake_fp = lake_fingerprint(Path(lake))
     if "features" in plan:
-        stages["features"] = value(features_task(lake, lake_fp, cfg.features, rt, root, redo("features")))
+        redone = None if redo("features") else inc
+        stages["features"] = value(features_task(lake, lake_fp, cfg.features, rt, root, redo("features"), redone))
     if "train" in plan:
-        stages["train"] = value(
-            train_task(stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"), node_metrics)
-        )
+        with champion_weights(cfg, network, root) if inc and not redo("train") else nullcontext() as warm:
+            stages["train"] = value(
+                train_task(
+                    stages["features"],
+                    cfg.train,
+                    cfg.evaluate.test_fraction,
+                    rt,
+                    root,
+                    redo("train"),
+                    node_metrics,
+                    warm,
+                )
+            )
     if "evaluate" in plan:
         stages["evaluate"] = value(
             evaluate_task(
@@ -94,6 +115,7 @@ def fault_prediction_pipeline(
     until: Stage = "evaluate",
     force: bool = False,
     refresh: list[Stage] | None = None,
+    incremental: bool = True,
 ) -> dict[str, Any]:
     """Telecom fault prediction: validate -> ingest -> features -> train -> evaluate, tracked in MLflow.
 
@@ -108,6 +130,8 @@ def fault_prediction_pipeline(
         until: the last stage to run.
         force: recompute every stage even when its output exists.
         refresh: recompute just these stages.
+        incremental: over exports an earlier run covered but for new days, process only what they change and train
+            from the network's champion (docs/DATA.md); False: every day, trained from scratch.
     """
     refuse_literal_secrets(overrides, "overrides")  # a run started from the UI or the API: refused, not recorded
     cfg = load_config(profile, run_overrides(topology, days, overrides))
@@ -117,16 +141,8 @@ def fault_prediction_pipeline(
     data = data_identity(cfg, raw)  # the preflight of a raw directory: a bad one is refused before anything starts
     recovered = recover_crashed_runs(cfg, root)
     run_id = start_tracking(cfg, rt, flow_run.get_id(), run_dir, data)
-    summary: dict[str, Any] = {
-        "run_id": flow_run.get_id(),
-        "status": "failed",
-        "stages": {},
-        "metrics": {},
-        "mlflow_run_id": run_id,
-        "profile": cfg.profile,
-        "data": data,
-        "recovered_crashed_runs": recovered,
-    }
+    summary: dict[str, Any] = {"run_id": flow_run.get_id(), "status": "failed", "stages": {}, "metrics": {}}
+    summary.update(mlflow_run_id=run_id, profile=cfg.profile, data=data, recovered_crashed_runs=recovered)
     stages: dict[str, StageResult] = {}
     with Heartbeat(run_dir, flow_run.get_id(), run_id, on_revived=revive_run(cfg)) as beat:
         try:
@@ -134,7 +150,8 @@ def fault_prediction_pipeline(
                 if off:
                     get_run_logger().info("MLflow system metrics off: %s", off)
                 nodes = None if off else node_metrics_spec(cfg, run_id)  # other training hosts' system metrics
-                stages = run_stages(cfg, rt, root, plan, raw, lake, lambda s: force or s in (refresh or []), nodes)
+                redo, network = (lambda s: force or s in (refresh or [])), data["network"]
+                stages = run_stages(cfg, rt, root, plan, raw, lake, redo, nodes, incremental, network)
                 summary.update(record_run(cfg, run_id, stages, data))
             summary["status"] = "completed"
         finally:

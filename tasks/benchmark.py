@@ -162,6 +162,25 @@ def e2e_task(cfg: FaultlineConfig, rt: Runtime, gpu: dict[str, Any], cpu: dict[s
     return report
 
 
+@task(name="bench-increment", **TASK_OPTIONS)
+def increment_task(cfg: FaultlineConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The increment benchmark's report (``increment.json``) and plot over its pipeline runs."""
+    from tasks.core.benchmarks.increment import increment_report, plot_increment
+
+    size = cfg.bench.sized
+    spec = {"topology": size.increment_topology, "days": size.increment_days, "profile": cfg.profile}
+    report = increment_report(runs, spec)
+    png = plot_increment(report, Path(cfg.paths.bench_results) / "increment.png")
+    report = _publish(cfg, "increment", report, (png,))
+    publish_markdown(
+        "bench-increment",
+        f"## Day {spec['days']} after {spec['days'] - 1} processed\n\nseconds {report['seconds_ratio']:.2f}x and work "
+        f"{report['work_ratio']:.2f}x of a full run; identical: {report['identical']}\n",
+        "the increment against a full run",
+    )
+    return report
+
+
 @task(name="bench-quality", **TASK_OPTIONS)
 def quality_task(cfg: FaultlineConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The quality yardstick's report over the pipeline runs (``quality.run_record`` each), with its plot:

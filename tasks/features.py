@@ -10,13 +10,14 @@ from tqdm import tqdm
 from tasks.core.config import FeaturesConfig
 from tasks.core.runtime import Runtime, dask_cluster
 from tasks.core.stages.features import day_groups, features_stage
+from tasks.core.stages.increment import Increment
 from tasks.core.store import StageResult, run_stage
 from tasks.runner import TASK_OPTIONS, finish_stage, logger
 
 PERFORMANCE_REPORT = "dask-performance.html"
 
 
-def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path) -> dict:
+def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path, increment: Increment | None) -> dict:
     days = len(day_groups(Path(lake) / "kpi"))
     log = logger()
     from distributed import performance_report
@@ -34,19 +35,31 @@ def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path) -> dict:
             if done == total or done % max(1, total // 10) == 0:
                 log.info("features: %d of %d days done", done, total)
 
-        return features_stage(client, Path(lake), cfg, rt.backend, tmp, progress)
+        if increment is None:
+            return features_stage(client, Path(lake), cfg, rt.backend, tmp, progress)
+        body = features_stage(client, Path(lake), cfg, rt.backend, tmp, progress, increment)
+        log.info("features: %d of %d days recomputed, the others linked from %s", body["days_recomputed"],
+                 body["days"], increment.base_features)  # fmt: skip
+        return {**body, "increment": increment.describe()}
 
 
 @task(name="features", **TASK_OPTIONS)
 def features_task(
-    lake: str, lake_fp: str, cfg: FeaturesConfig, rt: Runtime, root: Path, force: bool = False
+    lake: str,
+    lake_fp: str,
+    cfg: FeaturesConfig,
+    rt: Runtime,
+    root: Path,
+    force: bool = False,
+    increment: Increment | None = None,
 ) -> StageResult:
+    """Features day by day; with ``increment`` (which ingest took), only the days the new data can change."""
     result = run_stage(
         root,
         "features",
         {"ingest": lake_fp},
         cfg,
-        lambda tmp: _compute(lake, cfg, rt, tmp),
+        lambda tmp: _compute(lake, cfg, rt, tmp, increment),
         key=(rt.backend,),
         force=force,
     )

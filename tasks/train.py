@@ -11,7 +11,7 @@ from prefect import task
 from tasks.core.config import TrainConfig
 from tasks.core.runtime import Runtime
 from tasks.core.stages.train import train_stage
-from tasks.core.store import StageResult, run_stage, stage_fingerprint
+from tasks.core.store import StageResult, file_digest, run_stage, stage_fingerprint
 from tasks.runner import TASK_OPTIONS, finish_stage, logger, progress_artifact
 
 
@@ -34,6 +34,21 @@ def _progress(total_epochs: int):
     return report
 
 
+def _warm_start(cfg: TrainConfig, warm: Path | None, features: StageResult, inputs: dict[str, str]) -> TrainConfig:
+    """The train section for a start from ``warm`` where its shape fits (its digest added to ``inputs``: the
+    output depends on it), else ``cfg`` unchanged (why, in the log)."""
+    if warm is None:
+        return cfg
+    from tasks.core.training.model import same_shape  # torch: imported where a warm start is judged
+
+    why = same_shape(warm, len(features["features"]["names"]), cfg)
+    if why:
+        logger().info("train: no warm start (%s): training from scratch", why)
+        return cfg
+    inputs["init"] = file_digest(warm)
+    return cfg.model_copy(update={"init_weights": str(warm), "epochs": cfg.warm_start_epochs})
+
+
 @task(name="train", **TASK_OPTIONS)
 def train_task(
     features: StageResult,
@@ -43,9 +58,13 @@ def train_task(
     root: Path,
     force: bool = False,
     node_metrics: dict[str, Any] | None = None,
+    warm: Path | None = None,
 ) -> StageResult:
+    """Horovod or DDP ranks over the features; ``warm``: an earlier model of this network (its champion's
+    ``gnn.pt``) to start from, for ``train.warm_start_epochs`` epochs, where its shape fits."""
     inputs, key = {"features": features.fingerprint}, (test_fraction, rt.device)
-    fp = stage_fingerprint("train", inputs, cfg, *key)
+    cfg = _warm_start(cfg, warm, features, inputs)
+    fp = stage_fingerprint("train", inputs, cfg.model_copy(update={"init_weights": None}), *key)
     ckpt = root / "checkpoints" / fp
     if force and ckpt.exists():  # a forced retrain starts from scratch, not from the last checkpoint
         logger().info("train: --force/--refresh: checkpoints in %s cleared; training from epoch 1", ckpt)
@@ -54,7 +73,7 @@ def train_task(
         root,
         "train",
         inputs,
-        cfg,
+        cfg.model_copy(update={"init_weights": None}),  # a download's path: the weights' digest is in inputs
         lambda tmp: train_stage(
             features.path,
             features["features"]["names"],

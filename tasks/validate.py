@@ -2,32 +2,66 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from prefect import task
 
 from tasks.core.config import ValidateConfig
 from tasks.core.runtime import Runtime
+from tasks.core.stages.increment import Increment, late_rows_probe, merge_validation, separable
 from tasks.core.stages.raw import check_unchanged, discover
-from tasks.core.stages.validate import expectation_rows, validate_stage
-from tasks.core.store import StageResult, run_stage
-from tasks.runner import TASK_OPTIONS, finish_stage, publish_table, spark_stage
+from tasks.core.stages.validate import expectation_rows, expectations_markdown, validate_stage
+from tasks.core.store import StageResult, digests_fingerprint, read_manifest, run_stage
+from tasks.runner import TASK_OPTIONS, finish_stage, logger, publish_table, spark_stage
+
+
+def _increment(raw: str, layout, inc: Increment, cfg: ValidateConfig, rt: Runtime, tmp: Path) -> dict | None:
+    """The new files validated and added to the base's figures, or None (and ``tmp`` emptied) where they cannot be
+    taken apart from it (``increment.separable``)."""
+    delta = layout.only(set(inc.new_files))
+    probe = late_rows_probe(inc.old_start, inc.new_start, layout.end)
+    body = spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, delta, tmp, cfg, probe=probe))
+    found = body.pop("probe")
+    why = separable(inc, found, layout.end)
+    if why:
+        logger().info("validate: the whole window is validated again: %s", why)
+        for p in tmp.iterdir():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        return None
+    window = {"start": layout.start.isoformat(), "end": layout.end.isoformat()}
+    merged = merge_validation(read_manifest(inc.base_validate), body, window)
+    (tmp / merged["expectations_md"]).write_text(expectations_markdown(merged))
+    logger().info("validate: %d new files validated (%d rows) and added to %s", len(inc.new_files),
+                  body["rows_in"], inc.base_validate)  # fmt: skip
+    firsts = {k: found[k] for k in ("first_kpi", "first_alarm")}
+    taken = replace(inc, late_days=tuple(found["late_days"]), **firsts)
+    return {**merged, "increment": taken.describe()}
 
 
 @task(name="validate", **TASK_OPTIONS)
-def validate_task(raw: str, cfg: ValidateConfig, rt: Runtime, root: Path, force: bool = False) -> StageResult:
+def validate_task(
+    raw: str, cfg: ValidateConfig, rt: Runtime, root: Path, force: bool = False, increment: Increment | None = None
+) -> StageResult:
+    """GX over the raw exports; with ``increment``, over the new files alone where that is exact."""
     layout = discover(Path(raw))
-    stamps, fp = layout.stamps(), layout.fingerprint()
+    stamps, digests = layout.stamps(), layout.digests()
+    fp = digests_fingerprint(digests)
+
+    def compute(tmp: Path) -> dict:
+        found = {"raw_files": stamps, "raw_digests": digests, "raw_dir": str(Path(raw).resolve())}
+        if increment is not None and (body := _increment(raw, layout, increment, cfg, rt, tmp)) is not None:
+            return {**body, **found}
+        body = spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg))
+        return {**body, **found, "work_rows": body["rows_in"]}
+
     result = run_stage(
         root,
         "validate",
         {"raw": fp},
         cfg,
-        lambda tmp: {
-            **spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg)),
-            "raw_files": stamps,
-            "raw_dir": str(Path(raw).resolve()),
-        },
+        compute,
         force=force,
         verify=lambda: check_unchanged(Path(raw), fp, stamps),
     )

@@ -175,6 +175,12 @@ class TrainConfig(_Section):
         "probabilities)",
     )
     seed: int = 0
+    warm_start_epochs: int = Field(
+        2, ge=1, description="epochs of a run over new days, started from the network's champion (a warm start)"
+    )
+    init_weights: str | None = Field(
+        None, description="a model.pt to start from (a warm start: an increment sets it to the champion's weights)"
+    )
     checkpoint_every: int = Field(1, ge=1)
     stall_timeout_s: float = Field(900.0, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -256,6 +262,9 @@ class BenchSize(_Section):
     quality_held_out: list[str] = Field(["topozoo/Cesnet201006", "topozoo/Renater2010"], description="quality: untuned")
     quality_seeds: list[int] = Field([1, 2, 3], min_length=1, description="quality: simulator seeds")
     quality_days: int = Field(14, ge=2, description="quality: days simulated per run")
+    increment_topology: str = Field("topozoo/Geant2012", description="increment: topohub key of the simulated network")
+    increment_days: int = Field(8, ge=2, description="increment: days of the full run (the base run has one fewer)")
+    increment_repeats: int = Field(3, ge=1, description="increment: repeats (medians of each stage's seconds)")
 
 
 class BenchConfig(_Section):
@@ -264,7 +273,7 @@ class BenchConfig(_Section):
         **{"topology": "topozoo/Abilene", "days": 1, "times": 160, "rows": 200_000, "size_gb": 0.002},
         **{"ingest_topology": "topozoo/Geant2012"},  # 3 days, 32 k rows: every variant's path, in seconds
         **{"train_epochs": 4, "train_hidden": 8, "quality_topologies": ["topozoo/Abilene"], "quality_held_out": []},
-        **{"quality_seeds": [1], "quality_days": 3},
+        **{"quality_seeds": [1], "quality_days": 3, "increment_topology": "topozoo/Abilene", "increment_repeats": 1},
     )
     full: BenchSize = BenchSize(
         topology="topozoo/Geant2012", days=8, times=1008, rows=5_000_000, size_gb=1.0, train_epochs=6

@@ -57,16 +57,32 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-def fingerprint_files(paths: list[Path], root: Path | None = None) -> str:
-    """Hash of file names and contents (streamed; bounded memory)."""
+def file_digest(path: Path) -> str:
+    """One file's content hash (streamed; bounded memory)."""
     h = hashlib.sha256()
-    for p in sorted(paths):
-        name = p.relative_to(root).as_posix() if root else p.name
-        h.update(name.encode() + b"\0")
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
     return h.hexdigest()[:20]
+
+
+def file_digests(paths: list[Path], root: Path | None = None) -> dict[str, str]:
+    """Each file's content hash by its name (relative to ``root``)."""
+    return {(p.relative_to(root).as_posix() if root else p.name): file_digest(p) for p in sorted(paths)}
+
+
+def digests_fingerprint(digests: Mapping[str, str]) -> str:
+    """The fingerprint of a set of files from their names and content hashes (:func:`file_digests`)."""
+    h = hashlib.sha256()
+    for name in sorted(digests):
+        h.update(name.encode() + b"\0" + digests[name].encode() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def fingerprint_files(paths: list[Path], root: Path | None = None) -> str:
+    """Hash of file names and contents: a set of files that share some files with another shares their digests,
+    so an increment (new files beside unchanged ones) is recognised by them."""
+    return digests_fingerprint(file_digests(paths, root))
 
 
 def fingerprint_tree(root: Path) -> str:
@@ -167,6 +183,7 @@ class StageOutput:
             "rows_out": self.rows_out,
             "rows_quarantined": self.rows_quarantined,
             "seconds": self.seconds,
+            "work_rows": self.manifest.get("work_rows", self.rows_in),  # rows computed (training: x epochs)
             "gpu_energy_j": (self.manifest.get("gpu_energy") or {}).get("joules"),
             "output": str(self.path),
             "fingerprint": self.fingerprint,

@@ -11,6 +11,7 @@ are looked up per row in small sorted key arrays. Faults are read from the alarm
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -225,14 +226,38 @@ def shared_tables(lake: Path, topo: Topology) -> dict[str, Any]:
     }
 
 
+def save_history(history: dict, path: Path) -> None:
+    """A day's closing window history (host arrays): where an increment's first recomputed day starts."""
+    np.savez(path, **{k: np.asarray(v) if isinstance(v, np.ndarray) else v.get() for k, v in history.items()})
+
+
+def _load_history(path: Path) -> dict:
+    with np.load(path) as d:
+        return {k: d[k] for k in d.files}
+
+
+def _reuse(base: Path, first: str, groups: list, dest: Path) -> tuple[list[dict], dict | None]:
+    """The base's days before ``first`` linked into ``dest`` (their figures from its manifest), and the window
+    history closing the last of them."""
+    from tasks.core.stages.increment import link_tree
+
+    kept = [name for name, _ in groups if name < first]
+    link_tree(base, dest.parent, tuple(f"{d}/{n}.{x}" for n in kept for d, x in (("features", "parquet"),
+                                                                                  ("history", "npz"))))  # fmt: skip
+    per_day = {d["day"]: d for d in json.loads((base / "_manifest.json").read_text())["per_day"]}
+    return [per_day[n] for n in kept], _load_history(base / "history" / f"{kept[-1]}.npz") if kept else None
+
+
 def build_features(
-    client, lake: Path, topo: Topology, cfg: FeaturesConfig, backend: str, out: Path, progress=None, write=True
-) -> dict:
+    client, lake: Path, topo: Topology, cfg: FeaturesConfig, backend: str, out: Path, progress=None, write=True,
+    base: tuple[Path, str] | None = None,
+) -> dict:  # fmt: skip
     """Read the ingest output day by day, compute features with Dask, write Parquet to ``out/features``.
 
     One task per day, with no shuffle: a day holds every timestamp's rows (neighbour features), and the
-    rolling windows reach into the previous days through a small chain of per-element histories.
-    ``progress(done, total)`` is called as days finish."""
+    rolling windows reach into the previous days through a small chain of per-element histories (each day's
+    closing one kept in ``out/history``). ``base``: an earlier output and the first day to recompute (an
+    increment): the days before it are linked from there. ``progress(done, total)`` is called as days finish."""
     import dask
     from distributed import as_completed
 
@@ -241,22 +266,29 @@ def build_features(
         raise DataRejected(f"{lake / 'kpi'} holds no Parquet files: nothing to compute features from", file=str(lake))
     shared = shared_tables(lake, topo)
     [tables] = client.scatter([shared], broadcast=True)
-    dest = out / "features"
+    dest, hist = out / "features", out / "history"
     dest.mkdir(parents=True, exist_ok=True)
+    hist.mkdir(parents=True, exist_ok=True)
+    reused, start = ([], None) if base is None else _reuse(base[0], base[1], groups, dest)
+    todo = groups[len(reused) :]
     context = max(cfg.windows) - 1
-    reads = [dask.delayed(read_kpi, pure=True)(files, backend) for _, files in groups]
-    history = [None]
-    for i in range(1, len(groups)):
-        history.append(dask.delayed(window_history)(history[-1], reads[i - 1], tables, cfg.kpis, context))
+    reads = [dask.delayed(read_kpi, pure=True)(files, backend) for _, files in todo]
+    history = [start]
+    for i in range(len(todo)):
+        history.append(dask.delayed(window_history)(history[-1], reads[i], tables, cfg.kpis, context))
     days = [
         dask.delayed(write_day)(name, reads[i], history[i], tables, cfg, dest, write)
-        for i, (name, _) in enumerate(groups)
+        for i, (name, _) in enumerate(todo)
     ]
+    saved = [dask.delayed(save_history)(history[i + 1], hist / f"{name}.npz") for i, (name, _) in enumerate(todo)]
     futures = client.compute(days)
+    saving = client.compute(saved) if write else []
     for done, _ in enumerate(as_completed(futures), 1):
         if progress is not None:
             progress(done, len(futures))
-    stats = client.gather(futures)
+    computed = client.gather(futures)
+    client.gather(saving)
+    stats = [*reused, *computed]
     rows_in, rows_out = sum(s["rows_in"] for s in stats), sum(s["rows_out"] for s in stats)
     if rows_in == 0:
         raise DataRejected(f"{lake / 'kpi'} holds no KPI rows: nothing to compute features from", file=str(lake))
@@ -269,13 +301,24 @@ def build_features(
         "days": len(groups),
         "positives": sum(s["positives"] for s in stats),
         "faults_in_alarm_log": int(len(shared["faults"]["t"])),
+        "per_day": stats,
+        "work_rows": sum(s["rows_in"] for s in computed),
+        "days_recomputed": len(computed),
     }
 
 
-def features_stage(client, lake: Path, cfg: FeaturesConfig, backend: str, out: Path, progress=None) -> dict[str, Any]:
-    """The features stage's output in ``out`` (``features/<day>.parquet`` and the topology) and its manifest body."""
+def features_stage(
+    client, lake: Path, cfg: FeaturesConfig, backend: str, out: Path, progress=None, increment=None
+) -> dict[str, Any]:
+    """The features stage's output in ``out`` (``features/<day>.parquet`` and the topology) and its manifest body.
+    ``increment``: an ``increment.Increment`` whose base output the days before its first changed one come from."""
+    from tasks.core.stages.increment import first_day_to_recompute
+
     topo = Topology.read(Path(lake) / "topology.json")
-    summary = build_features(client, Path(lake), topo, cfg, backend, out, progress=progress)
+    since = None
+    if increment is not None:
+        since = (increment.base_features, first_day_to_recompute(increment, cfg.horizon_minutes))
+    summary = build_features(client, Path(lake), topo, cfg, backend, out, progress=progress, base=since)
     (out / "topology.json").write_bytes((Path(lake) / "topology.json").read_bytes())
     return {
         "lake": str(lake),
@@ -294,8 +337,6 @@ def features_stage(client, lake: Path, cfg: FeaturesConfig, backend: str, out: P
 
 def lake_fingerprint(lake: Path) -> str:
     """The ingest stage's fingerprint when the lake has a manifest, else a hash of its files."""
-    import json
-
     from tasks.core.store import MANIFEST, fingerprint_tree
 
     manifest = Path(lake) / MANIFEST

@@ -22,6 +22,7 @@ from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 
 SLOT = "_slot"  # a KPI row's shuffle partition on the CPU: its day and a bucket of its element (by_day)
 FILE_NO = "_file_no"  # a row's export file as its place in the input's files in name order (number_files)
+FILE_DAYS = "file_days"  # {export file: [days its rows fall on]} in the manifest, "unknown" for no timestamp
 EST_BYTES_PER_ROW = 24  # compressed Parquet, measured on simulator output; sizes files toward the block size
 
 
@@ -140,10 +141,13 @@ def _counts(flags: dict) -> list:
     from pyspark.sql import functions as F
 
     flags = {**flags, "duplicate": F.col("duplicate")}
+    day = F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown"))
     return [
         F.count(F.lit(1)).alias("rows_in"),
         F.sum((F.col("_bad") | F.col("duplicate")).cast("long")).alias("rows_quarantined"),
         *[F.sum(v.cast("long")).alias(k) for k, v in flags.items()],
+        # which days each export file's rows fall on: where a later increment finds a day's rows (file_days)
+        F.collect_set(F.concat_ws("|", F.col(FILE_NO).cast("string"), day)).alias(FILE_DAYS),
     ]
 
 
@@ -181,8 +185,8 @@ def _counting(spark, ranked, flags: dict, group: str, name: str, observe: bool):
     never arrive."""
     from pyspark.sql import Observation
 
-    def ints(row: dict) -> dict[str, int]:
-        return {k: int(v or 0) for k, v in row.items()}
+    def ints(row: dict) -> dict[str, Any]:
+        return {k: sorted(v or []) if k == FILE_DAYS else int(v or 0) for k, v in row.items()}
 
     if observe:
         observation = Observation(f"ingest-{name}")
@@ -190,6 +194,17 @@ def _counting(spark, ranked, flags: dict, group: str, name: str, observe: bool):
     with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; count rows in"):
         counts = ints(ranked.agg(*_counts(flags)).first().asDict())
     return ranked, lambda: counts
+
+
+def file_days(files: list[str], pairs: list[str]) -> dict[str, list[str]]:
+    """``{file: [day, ...]}`` (paths, days sorted) from the ``"<file no>|<day>"`` pairs :func:`_counts` collects."""
+    from urllib.parse import unquote, urlparse
+
+    out: dict[str, list[str]] = {}
+    for pair in pairs:
+        no, day = pair.split("|", 1)
+        out.setdefault(unquote(urlparse(files[int(no) - 1]).path), []).append(day)
+    return {f: sorted(days) for f, days in sorted(out.items())}
 
 
 def _check_rows(name: str, counts: dict[str, int], lake: dict[str, Any], quarantine: dict[str, Any]) -> tuple[int, int]:
@@ -224,6 +239,7 @@ def ingest_source(
     from tasks.core.sparkops import plugin_active
 
     group, gpu = f"ingest:{name}", plugin_active(effective_spark_conf(spark))
+    files = sorted(df.inputFiles())  # number_files' order: a row's _file_no is its file's place here, from 1
     df, source = _file_numbers(df)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
@@ -258,6 +274,7 @@ def ingest_source(
         "rows_out": out_facts["rows"],
         "rows_quarantined": rows_q,
         "quarantine_by_reason": {k: counts[k] for k in reasons},
+        FILE_DAYS: file_days(files, counts[FILE_DAYS]),
         "parquet": out_facts,
         "schema": clean.drop(SLOT).schema.jsonValue(),
     }
@@ -314,11 +331,15 @@ def check_against_validation(ingest: dict[str, Any], violations: dict[str, dict[
                 )
 
 
-def ingest_stage(spark, layout: RawLayout, violations: dict[str, dict[str, int]], out: Path, cfg: IngestConfig):
-    """The ingest stage's lake in ``out`` and its manifest body (with the Spark conf in effect)."""
+def ingest_stage(
+    spark, layout: RawLayout, violations: dict[str, dict[str, int]] | None, out: Path, cfg: IngestConfig
+) -> dict[str, Any]:
+    """The ingest stage's lake in ``out`` and its manifest body (with the Spark conf in effect). ``violations``:
+    validation's counts, which the quarantine must match (None: the caller checks them, as an increment does)."""
     from tasks.core.runtime import effective_spark_conf
     from tasks.core.secrets import redact
 
     summary = run_ingest(spark, layout, out, cfg)
-    check_against_validation(summary, violations)
+    if violations is not None:
+        check_against_validation(summary, violations)
     return {"spark_conf": redact(effective_spark_conf(spark)), **summary}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tasks.core.errors import DataRejected
 from tasks.core.schema import ALARM_COLUMNS, ALARM_NAMES, KPI_COLUMNS, KPI_NAMES
-from tasks.core.store import fingerprint_files
+from tasks.core.store import file_digests, fingerprint_files
 from tasks.core.topology import Topology
 
 _DAY = re.compile(r"_(\d{4}-\d{2}-\d{2})\.(csv|jsonl)$")
@@ -44,6 +44,17 @@ class RawLayout:
 
     def fingerprint(self) -> str:
         return fingerprint_files(self.all_files, self.root)
+
+    def digests(self) -> dict[str, str]:
+        """Each file's content hash by its path under the root; :meth:`fingerprint` is made from them."""
+        return file_digests(self.all_files, self.root)
+
+    def only(self, names: set[str]) -> RawLayout:
+        """The layout of just the named export files (paths under the root), with the same topology and window
+        (the rules judge their rows as a run over all the files would): what an increment validates and ingests."""
+        kpi = tuple(p for p in self.kpi_files if p.relative_to(self.root).as_posix() in names)
+        alarms = tuple(p for p in self.alarm_files if p.relative_to(self.root).as_posix() in names)
+        return RawLayout(self.root, kpi, alarms, self.topology_file, self.start, self.end)
 
     def stamps(self) -> dict[str, list[int]]:
         """Each file's size and modification time (ns): names what changed when the fingerprint no longer holds."""
@@ -79,11 +90,16 @@ def discover(raw: Path) -> RawLayout:
                 file=str(p),
             )
     for p in (*kpi, *alarms):
-        m = _DAY.search(p.name)
-        if not m:
-            raise DataRejected(f"{p}: file name does not carry its day (expected *_YYYY-MM-DD.csv|jsonl)", file=str(p))
-        days.append(datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC))
+        days.append(file_day(p))
     return RawLayout(raw, kpi, alarms, topo, min(days), max(days) + timedelta(days=1))
+
+
+def file_day(p: Path) -> datetime:
+    """The day an export file carries in its name (``kpi_2026-01-05.csv``), midnight UTC."""
+    m = _DAY.search(p.name)
+    if not m:
+        raise DataRejected(f"{p}: file name does not carry its day (expected *_YYYY-MM-DD.csv|jsonl)", file=str(p))
+    return datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC)
 
 
 def check_unchanged(raw: Path, fingerprint: str, stamps: dict[str, list[int]]) -> None:

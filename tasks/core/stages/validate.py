@@ -154,16 +154,15 @@ def _gx_context(out_dir: Path, build_docs: bool):
 
 
 def run_validation(
-    spark, layout: RawLayout, out_dir: Path, build_docs: bool = True, mostly: float = 1.0
+    spark, layout: RawLayout, out_dir: Path, build_docs: bool = True, mostly: float = 1.0, probe=None
 ) -> dict[str, Any]:
     """File-level checks, then one GX suite per source; returns the validation summary. ``mostly``: the share
     of rows each row rule (and the malformed-line and uniqueness checks) needs for GX to pass it; the pipeline
-    passes ``1 - validate.max_quarantine_rate``, the dirt it tolerates (and quarantines)."""
+    passes ``1 - validate.max_quarantine_rate``, the dirt it tolerates. ``probe(frames)``: more figures from the
+    cached sources (``increment.late_rows_probe``)."""
     from pyspark.sql import functions as F
 
-    lap = Laps()  # where validation's time goes, in the manifest
-    files = check_files(layout)
-    topo = layout.topology()
+    lap, files, topo = Laps(), check_files(layout), layout.topology()  # Laps: where validation's time goes
     # GX's import and file context (seconds of Python) are made while the JVM parses and counts the exports
     with ThreadPoolExecutor(1, thread_name_prefix="gx-context") as pool:
         made = pool.submit(_gx_context, out_dir, build_docs)
@@ -194,10 +193,10 @@ def run_validation(
     results["topology"] = _run_suite(context, sources["pandas"], "topology", *_topology_suite(topo), actions)
     lap("gx_topology")
     _cross_check(results, counts)
+    probed = {"probe": probe(frames)} if probe is not None else {}
     for df in frames.values():
         df.unpersist()
-    result_path = out_dir / "validation_result.json"
-    result_path.write_text(json.dumps(results, indent=1, default=str))
+    (result_path := out_dir / "validation_result.json").write_text(json.dumps(results, indent=1, default=str))
     docs = context.get_docs_sites_urls()
     lap("results")
     return {
@@ -212,6 +211,7 @@ def run_validation(
         "topology_ok": results["topology"]["_success"],
         "result_json": str(result_path),
         "data_docs": docs[0]["site_url"] if docs else None,
+        **probed,
     }
 
 
@@ -279,10 +279,11 @@ def expectations_markdown(summary: dict[str, Any]) -> str:
     return "\n".join([*lines, ""])
 
 
-def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig) -> dict[str, Any]:
+def validate_stage(spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig, probe=None) -> dict[str, Any]:
     """The validate stage's output in ``out_dir`` and its manifest body; rejects the run (exit 2) when more
-    rows break the rules than ``validate.max_quarantine_rate`` allows."""
-    summary = run_validation(spark, layout, out_dir, cfg.build_data_docs, mostly=1.0 - cfg.max_quarantine_rate)
+    rows break the rules than ``validate.max_quarantine_rate`` allows (for an increment: in the new files)."""
+    mostly = 1.0 - cfg.max_quarantine_rate
+    summary = run_validation(spark, layout, out_dir, cfg.build_data_docs, mostly=mostly, probe=probe)
     rate = quarantine_rate(summary)
     if rate > cfg.max_quarantine_rate:
         raise DataRejected(

@@ -6,6 +6,8 @@ adjacency an edge list with row-normalised weights (neighbour mean as gather + i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -173,3 +175,24 @@ def score_snapshots(
                 out.append(torch.sigmoid(model(windows_at(x, t, window), adj).float()))
     model.train(was_training)
     return torch.cat(out) if out else torch.zeros((0, x.shape[1]), device=x.device)
+
+
+def warm_start(model: FaultGNN, path: str, window: int) -> None:
+    """``model`` from the weights of an earlier model of the same shape (the stage checked it: a mismatch here
+    means the file changed, and fails the rank)."""
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    if ck["config"] != model.config or ck.get("window") != window:
+        raise ValueError(f"{path}: a model of {ck['config']}, window {ck.get('window')}; this one is {model.config}")
+    model.load_state_dict(ck["model"])
+
+
+def same_shape(path: Path, n_features: int, cfg) -> str:
+    """Why the model in ``path`` cannot start a model of ``n_features`` inputs and the train section ``cfg``
+    ("" when it can)."""
+    if cfg.hazard_steps:
+        return "a hazard model starts from scratch"
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    want = FaultGNN(n_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.temporal_graph, 0, 1).config
+    if ck["config"] != want or ck.get("window") != cfg.window:
+        return f"the champion is a model of {ck['config']} over {ck.get('window')} steps; this run's is {want}"
+    return ""

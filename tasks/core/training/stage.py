@@ -70,11 +70,9 @@ def train_stage(
     node_metrics: dict[str, Any] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Train in ``out`` (model.pt, history.json, train.log, data.npz, trace.json, GPU samples); resumes from the
-    newest complete checkpoint in ``checkpoints`` whose data fingerprint matches. Returns the manifest body.
-    ``node_metrics``: the pipeline's MLflow run, for each other host's system metrics (``train.hosts``)."""
-    topo = Topology.read(features_dir / "topology.json")
-    started = time.perf_counter()
+    """Train in ``out`` (model.pt, history.json, train.log, data.npz, trace.json, GPU samples), resuming from the
+    newest checkpoint of this data fingerprint; the manifest body. ``node_metrics``: see ``train.hosts``."""
+    topo, started = Topology.read(features_dir / "topology.json"), time.perf_counter()
     horizon = json.loads((features_dir / "_manifest.json").read_text())["features"]["horizon_minutes"]
     if tensors_where(cfg, rt.device) == "device":  # each rank builds its own from the Parquet, on its device
         data_path = write_recipe(out, features_dir / "features", names, cfg.window, test_fraction, cfg.graph,
@@ -108,6 +106,8 @@ def train_stage(
         "rows_out": data["rows"],
         "data": {k: v for k, v in data.items() if k != "feature_names"},
         "history": history,
+        "work_rows": data["rows"] * len(history),  # rows x epochs
+        "warm_start": cfg.init_weights,
         "samples_per_s": steady_throughput(history)["samples_per_s"],
         "launch": run,
         "checkpoints": str(checkpoints),

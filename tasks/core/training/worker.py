@@ -273,6 +273,10 @@ def setup(spec: TrainingSpec, timeline: Timeline) -> RunState:
         data.x.shape[2], cfg.hidden, cfg.layers, cfg.dropout, cfg.temporal_graph,
         hazard, data.label_steps,
     ).to(device)  # fmt: skip
+    if cfg.init_weights and comm.rank == 0:  # a warm start; [dist] rank 0's weights reach the others in resume()
+        from tasks.core.training.model import warm_start
+
+        warm_start(model, cfg.init_weights, cfg.window)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr * comm.size)  # [dist] LR scaled by world size
     net, optimizer = comm.wrap(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)

@@ -11,7 +11,9 @@ from tasks.core.training.model import (
     ScoringModel,
     load_model,
     normalised_adjacency,
+    same_shape,
     score_snapshots,
+    warm_start,
     windows_at,
 )
 
@@ -69,6 +71,23 @@ def test_load_model_reads_what_the_worker_writes(tmp_path):
     loaded, ck = load_model(tmp_path / "m.pt")
     assert ck["window"] == 3 and not loaded.training
     assert loaded.config == {"n_features": 5, "hidden": 8, "layers": 1}
+
+
+def test_a_warm_start_takes_the_weights_of_a_model_of_the_same_shape_only(tmp_path):
+    from tasks.core.config import TrainConfig
+
+    champion = FaultGNN(5, hidden=8, layers=1)
+    torch.save({"model": champion.state_dict(), "config": champion.config, "window": 3}, tmp_path / "gnn.pt")
+    cfg = TrainConfig(hidden=8, layers=1, window=3)
+    assert same_shape(tmp_path / "gnn.pt", 5, cfg) == ""
+    assert "this run's is" in same_shape(tmp_path / "gnn.pt", 6, cfg)  # another feature count
+    assert "this run's is" in same_shape(tmp_path / "gnn.pt", 5, cfg.model_copy(update={"window": 6}))
+    assert "hazard" in same_shape(tmp_path / "gnn.pt", 5, cfg.model_copy(update={"hazard_steps": 3}))
+    model = FaultGNN(5, hidden=8, layers=1)
+    warm_start(model, str(tmp_path / "gnn.pt"), 3)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), champion.state_dict().values()))
+    with pytest.raises(ValueError, match="a model of"):
+        warm_start(FaultGNN(5, hidden=16, layers=1), str(tmp_path / "gnn.pt"), 3)
 
 
 def test_a_damaged_newest_checkpoint_is_named_and_skipped(tmp_path):
