@@ -31,6 +31,7 @@ def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path, increment: 
     ):
 
         def progress(done: int, total: int) -> None:
+            bar.total = total  # the days computed: fewer than the lake's where new days are added to an earlier run
             bar.update(1)
             if done == total or done % max(1, total // 10) == 0:
                 log.info("features: %d of %d days done", done, total)

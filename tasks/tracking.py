@@ -192,6 +192,12 @@ def _stage_tags(stages: dict[str, StageResult]) -> dict[str, str]:
         tags["features_backend"] = stages["features"]["backend"]
     if "train" in stages:
         tags["kernel_timeline"] = (stages["train"].get("kernel_timeline") or {}).get("kind") or "none"
+        tags["warm_start"] = "champion" if stages["train"].get("warm_start") else "none"
+    inc = next((st.get("increment") for st in stages.values() if st.get("increment")), None)
+    if inc:  # a run over new days alone: the earlier run it extends and the files it added
+        tags["increment_base"] = inc["base"]
+        tags["increment_new_files"] = ", ".join(inc["new_files"])[:5000]
+    tags["processed"] = "new days" if inc else "every day"
     return tags
 
 
@@ -288,7 +294,9 @@ def record_run(
     plots, manifests, the data fingerprint, and the registered model with its signature."""
     tr = tracker_for(cfg)
     for name, st in stages.items():
-        figures = {f"{name}.{k}": st.get(k) for k in ("rows_in", "rows_out", "rows_quarantined", "seconds")}
+        figures = {
+            f"{name}.{k}": st.get(k) for k in ("rows_in", "rows_out", "rows_quarantined", "seconds", "work_rows")
+        }
         tr.log_metrics(run_id, figures)
         tr.log_artifact(run_id, st.path / "_manifest.json", f"manifests/{name}")
     _log_energy(tr, run_id, stages)

@@ -262,7 +262,7 @@ class BenchSize(_Section):
     quality_held_out: list[str] = Field(["topozoo/Cesnet201006", "topozoo/Renater2010"], description="quality: untuned")
     quality_seeds: list[int] = Field([1, 2, 3], min_length=1, description="quality: simulator seeds")
     quality_days: int = Field(14, ge=2, description="quality: days simulated per run")
-    increment_topology: str = Field("topozoo/Geant2012", description="increment: topohub key of the simulated network")
+    increment_topology: str = Field("topozoo/TataNld", description="increment: topohub key of the simulated network")
     increment_days: int = Field(8, ge=2, description="increment: days of the full run (the base run has one fewer)")
     increment_repeats: int = Field(3, ge=1, description="increment: repeats (medians of each stage's seconds)")
 

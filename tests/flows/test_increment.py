@@ -46,6 +46,15 @@ def test_an_eighth_day_costs_under_a_third_of_a_full_run_and_equals_it(tmp_path)
     assert ingest["increment"]["late_days"] == ["2026-01-11"]  # day 7's late samples arrived with day 8
     features = json.loads((a / "features" / _fp(b, "features") / "_manifest.json").read_text())
     assert features["days_recomputed"] == 2 and features["days"] == 8  # day 7 (late rows) and day 8
+    # MLflow says which run processed every day and which the new day alone, from the champion
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{a.parent / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], order_by=["start_time ASC"])
+    tags = [(r.data.tags.get("processed"), r.data.tags.get("warm_start")) for r in runs]
+    assert tags == [("every day", "none"), ("new days", "champion")], tags
+    assert runs[1].data.tags["increment_new_files"] == "alarms/alarms_2026-01-12.jsonl, kpi/kpi_2026-01-12.csv"
+    assert runs[1].data.metrics["validate.work_rows"] < runs[1].data.metrics["validate.rows_in"]
 
 
 def _fp(store: Path, stage: str) -> str:
