@@ -56,13 +56,16 @@ def _human_summary(s: dict[str, Any], wall: float) -> str:
     lines = [
         f"Faultline run {s.get('run_id')} ({s.get('profile')}): {s['status']} in {wall:.0f} s",
         "",
-        f"{'stage':<10} {'cached':<7} {'rows in':>10} {'rows out':>10} {'quarant.':>9}  output",
+        f"{'stage':<10} {'cached':<7} {'rows in':>10} {'rows out':>10} {'quarant.':>9} {'work':>10}  output",
     ]
     for name, st in s["stages"].items():
         lines.append(
             f"{name:<10} {str(st['cached']):<7} {st['rows_in'] or 0:>10} {st['rows_out'] or 0:>10} "
-            f"{st['rows_quarantined'] or 0:>9}  {st['output']}"
+            f"{st['rows_quarantined'] or 0:>9} {st.get('work_rows') or 0:>10}  {st['output']}"
         )
+    if s.get("processed"):
+        warm = ", trained from the network's champion" if s.get("warm_start") == "champion" else ""
+        lines.append(f"processed: {s['processed']}{warm} (work: rows computed; training: rows x epochs)")
     m = s.get("metrics") or {}
     if m:
         cols = [("model", ""), ("tree", "baseline_"), ("rule", "rule_")]

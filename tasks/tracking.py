@@ -328,6 +328,8 @@ def record_run(
         "tracking": f"journaled (server unreachable: {tr.offline})" if tr.offline else "live",
         "experiment_id": tr.experiment_id,
         "registered_model": tags.get("registered_model"),
+        "processed": tags["processed"],  # every day, or new days over an earlier run (increment_base)
+        "warm_start": tags.get("warm_start"),
     }
 
 

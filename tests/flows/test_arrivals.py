@@ -60,3 +60,13 @@ def test_a_new_day_starts_one_run_once_settled(sensor, monkeypatch):
 def test_without_a_raw_directory_it_says_so(monkeypatch):
     monkeypatch.delenv("FAULTLINE_RAW", raising=False)
     assert arrivals.new_days_sensor.fn(raw=None)["why"] == "no raw directory configured"
+
+
+def test_the_cli_summary_says_what_a_run_processed():
+    from flows.cli import _human_summary
+
+    stage = {"cached": False, "rows_in": 100, "rows_out": 99, "rows_quarantined": 1, "output": "/s/ingest/x"}
+    summary = {"run_id": "r", "profile": "local", "status": "completed", "processed": "new days"}
+    text = _human_summary({**summary, "warm_start": "champion", "stages": {"ingest": {**stage, "work_rows": 12}}}, 3)
+    assert "processed: new days, trained from the network's champion" in text
+    assert text.splitlines()[3].split()[:6] == ["ingest", "False", "100", "99", "1", "12"]
