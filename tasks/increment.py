@@ -24,7 +24,8 @@ def plan_increment(cfg: FaultlineConfig, rt: Runtime, root: Path, raw: str) -> I
         ingest = stage_fingerprint("ingest", {"raw": raw_fp, "validate": val}, cfg.ingest)
         return val, ingest, stage_fingerprint("features", {"ingest": ingest}, cfg.features, rt.backend)
 
-    inc, why = find_base(root, Path(raw), lambda: discover(Path(raw)).digests(), chain)
+    layout = discover(Path(raw))
+    inc, why = find_base(root, Path(raw), layout.digests, chain, layout.stamps())
     if inc is None:
         logger().info("increment: none (%s): every day is processed", why)
     else:

@@ -76,39 +76,48 @@ class Increment:
         return set(self.new_files) | again
 
 
-def find_base(
-    root: Path, raw: Path, digests: Callable[[], dict[str, str]], chain: Callable[[str], tuple[str, str, str]]
-) -> tuple[Increment | None, str]:
-    """The newest earlier run this one can extend, or None and why not. ``digests()``: the raw files' content
-    hashes (read only where an earlier run read this directory); ``chain(raw_fp)``: the validate, ingest and
-    features fingerprints this run's configuration and code give that raw fingerprint."""
+def _not_extending(new: tuple[str, ...], end: datetime) -> str:
+    """Why an earlier run whose window ends at ``end`` cannot be extended by the ``new`` files ("" where it can)."""
     from tasks.core.stages.raw import file_day
 
+    others = [f for f in new if not f.startswith(("kpi/", "alarms/"))]
+    if others:
+        return f"the new files are not only day exports: {others}"
+    if min(file_day(Path(f)) for f in new) < end:
+        return "a new file is of a day the earlier run covered (a backfill): the whole window is recomputed"
+    if not any(f.startswith("alarms/") for f in new) or not any(f.startswith("kpi/") for f in new):
+        return "the new days lack a KPI or an alarm export"
+    return ""
+
+
+def find_base(
+    root: Path,
+    raw: Path,
+    digests: Callable[[], dict[str, str]],
+    chain: Callable[[str], tuple[str, str, str]],
+    stamps: dict[str, list[int]] | None = None,
+) -> tuple[Increment | None, str]:
+    """The newest earlier run this one can extend, or None and why not. ``digests()``: the raw files' content
+    hashes (read only where an earlier run read this directory and ``stamps``, their sizes and times, differ from
+    what it recorded); ``chain(raw_fp)``: the validate, ingest and features fingerprints this run's configuration
+    and code give that raw fingerprint."""
     raw, why = Path(raw).resolve(), "no earlier run over these exports in the store"
-    candidates, now = [], None
-    for m_path in sorted((Path(root) / "validate").glob(f"*/{MANIFEST}")):
-        m = json.loads(m_path.read_text())
-        old = m.get("raw_digests") or {}
-        if m.get("raw_dir") != str(raw) or not old:
-            continue
-        now = digests() if now is None else now
-        if old == now:
-            continue
+    runs = [(p, json.loads(p.read_text())) for p in sorted((Path(root) / "validate").glob(f"*/{MANIFEST}"))]
+    runs = [(p, m) for p, m in runs if m.get("raw_dir") == str(raw) and m.get("raw_digests")]
+    if stamps is not None and any(m.get("raw_files") == stamps for _, m in runs):
+        return None, "the same files as an earlier run (nothing new)"  # a rerun: no file is read
+    candidates, now = [], digests() if runs else {}
+    for m_path, m in runs:
+        old = m["raw_digests"]
         if any(now.get(k) != v for k, v in old.items()):
             why = "an export file read by the earlier run changed or went: the whole window is recomputed"
-            continue
-        candidates.append((len(old), m_path.stat().st_mtime, m_path.parent, m))
+        elif old != now:
+            candidates.append((len(old), m_path.stat().st_mtime, m_path.parent, m))
     for _, _, vdir, m in sorted(candidates, key=lambda c: c[:2], reverse=True):
         new = tuple(sorted(set(now) - set(m["raw_digests"])))
-        if not all(f.startswith(("kpi/", "alarms/")) for f in new):
-            why = f"the new files are not only day exports: {[f for f in new if not f.startswith(('kpi/', 'alarms/'))]}"
-            continue
         start, end = (datetime.fromisoformat(m["window"][k]) for k in ("start", "end"))
-        if min(file_day(Path(f)) for f in new) < end:
-            why = "a new file is of a day the earlier run covered (a backfill): the whole window is recomputed"
-            continue
-        if not any(f.startswith("alarms/") for f in new) or not any(f.startswith("kpi/") for f in new):
-            why = "the new days lack a KPI or an alarm export"
+        if why_not := _not_extending(new, end):
+            why = why_not
             continue
         val_fp, ingest_fp, features_fp = chain(m["input_fingerprints"]["raw"])
         ingest, features = completed(root, "ingest", ingest_fp), completed(root, "features", features_fp)

@@ -62,6 +62,18 @@ def test_no_increment_is_taken_where_it_would_not_be_exact(tmp_path, now, output
     assert inc is None and why in reason, reason
 
 
+def test_a_rerun_over_the_same_files_reads_none_of_them(tmp_path):
+    _store(tmp_path / "store", tmp_path / "raw")
+    m = tmp_path / "store" / "validate" / "v1" / MANIFEST
+    m.write_text(json.dumps({**json.loads(m.read_text()), "raw_files": {"kpi/kpi_2026-01-05.csv": [10, 1]}}))
+
+    def digests():
+        raise AssertionError("a file was hashed")
+
+    inc, why = find_base(tmp_path / "store", tmp_path / "raw", digests, _chain, {"kpi/kpi_2026-01-05.csv": [10, 1]})
+    assert inc is None and "nothing new" in why
+
+
 def test_the_base_is_found_with_the_new_days_files(tmp_path):
     _store(tmp_path / "store", tmp_path / "raw")
     inc, why = find_base(tmp_path / "store", tmp_path / "raw", lambda: {**OLD, **NEW}, _chain)
