@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from typing import Any, Literal
 
 from prefect import flow
@@ -10,6 +11,7 @@ from prefect import flow
 from flows.pipeline import fault_prediction_pipeline
 from tasks.benchmark import (
     baseline_task,
+    cpu_layouts_task,
     e2e_task,
     features_bench_task,
     increment_task,
@@ -106,10 +108,14 @@ def benchmark(
         elif suite == "quality":
             out[suite] = quality_task(cfg, quality_runs(cfg, profile, overrides or []))
         elif suite == "e2e":
+            started = time.perf_counter()
             gpu = fault_prediction_pipeline(profile=profile, overrides=overrides, force=True)
-            cpu_path = [*(overrides or []), *cpu_overrides(cfg, rt.hardware)]
+            gpu_wall = time.perf_counter() - started  # its stages, and the flow around them (fixed costs)
+            layouts = cpu_layouts_task(cfg, rt, profile, overrides or [])  # the CPU path's fastest training layout
+            ranks = layouts["fastest"]["ranks"]
+            cpu_path = [*(overrides or []), *cpu_overrides(cfg, rt.hardware, ranks=ranks)]
             cpu = fault_prediction_pipeline(profile=profile, overrides=cpu_path, until=cpu_until(cfg))
-            out[suite] = e2e_task(cfg, rt, gpu, cpu)
+            out[suite] = e2e_task(cfg, rt, gpu, cpu, layouts, gpu_wall)
         else:
             out[suite] = TASKS[suite](cfg, rt)
     return out

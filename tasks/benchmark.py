@@ -12,7 +12,7 @@ from tasks.core.config import FaultlineConfig
 from tasks.core.runtime import Runtime
 from tasks.core.store import json_safe, write_json_atomic
 from tasks.core.tracking import numeric_leaves
-from tasks.runner import TASK_OPTIONS, logger, progress_artifact, publish_markdown, publish_table
+from tasks.runner import TASK_OPTIONS, logger, progress_artifact, publish_markdown, publish_table, store_root
 from tasks.tracking import tracker_for
 
 
@@ -148,12 +148,46 @@ def features_bench_task(cfg: FaultlineConfig, rt: Runtime, parts: list[str] | No
     return _publish(cfg, "features", res)
 
 
+@task(name="bench-cpu-layouts", **TASK_OPTIONS)
+def cpu_layouts_task(cfg: FaultlineConfig, rt: Runtime, profile: str, overrides: list[str]) -> dict[str, Any]:
+    """The CPU path's training layout: the fastest of at least three rank x thread layouts on this host."""
+    from tasks.core.benchmarks.cpu_layouts import sweep
+    from tasks.core.benchmarks.e2e import cpu_overrides
+    from tasks.core.config import load_config
+    from tasks.core.runtime import resolve_runtime
+    from tasks.core.stages.features import feature_names
+
+    root = store_root(cfg.paths.root)
+
+    def rt_for(ranks: int):
+        c = load_config(profile, [*overrides, *cpu_overrides(cfg, rt.hardware, ranks=ranks)])
+        return resolve_runtime(c, root), c.train
+
+    work = Path(cfg.bench.work).resolve() / "cpu-layouts"
+    found = sweep(work, cfg.train, rt_for, cfg.workload.topology, len(feature_names(cfg.features)))
+    best = found["fastest"]
+    logger().info(
+        "CPU training layouts: %s; the CPU path trains with %d ranks x %d threads",
+        ", ".join(f"{r['ranks']}x{r['threads_per_rank']} {r['samples_per_s']:.0f}/s" for r in found["layouts"]),
+        best["ranks"],
+        best["threads_per_rank"],
+    )
+    return found
+
+
 @task(name="bench-e2e", **TASK_OPTIONS)
-def e2e_task(cfg: FaultlineConfig, rt: Runtime, gpu: dict[str, Any], cpu: dict[str, Any]) -> dict[str, Any]:
+def e2e_task(
+    cfg: FaultlineConfig,
+    rt: Runtime,
+    gpu: dict[str, Any],
+    cpu: dict[str, Any],
+    layouts: dict[str, Any] | None = None,
+    gpu_wall_s: float | None = None,
+) -> dict[str, Any]:
     """The end-to-end report of two pipeline runs of the same workload (GPU path, CPU path)."""
     from tasks.core.benchmarks.e2e import e2e_report, markdown_table, plot_e2e
 
-    report = e2e_report(cfg, rt.hardware, gpu, cpu)
+    report = e2e_report(cfg, rt.hardware, gpu, cpu, layouts=layouts, gpu_wall_s=gpu_wall_s)
     png = plot_e2e(report, Path(cfg.paths.bench_results) / "e2e.png")
     report = _publish(cfg, "e2e", report, (png,))
     table = markdown_table(report)

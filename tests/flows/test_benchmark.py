@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -76,7 +77,9 @@ def test_e2e_bench_two_paths_one_invocation(tmp_path):
     results = tmp_path / "results"
     small = ["--set", "workload.topology=topozoo/Abilene", "--set", "workload.days=2", "--set", "train.epochs=4"]
     small += ["--set", "train.hidden=8", "--set", "ingest.master=local[2]", "--set", f"paths.root={tmp_path}"]
-    proc = faultline("bench", "e2e", *small, "--results", str(results), "--json", root=tmp_path)
+    proc = faultline(
+        "bench", "e2e", *small, "--results", str(results), "--work", str(tmp_path / "w"), "--json", root=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     rep = json.loads((results / "e2e.json").read_text())
     assert rep["provenance"]["command"].startswith("faultline bench e2e") and rep["provenance"]["card"]
@@ -90,6 +93,14 @@ def test_e2e_bench_two_paths_one_invocation(tmp_path):
     assert rep["e2e_ratio"] == pytest.approx(rep["cpu_path"]["total_s"] / rep["gpu_path"]["total_s"], rel=0.01)
     assert rep["repeats"] == 1  # single runs, said in the JSON
     assert (results / "e2e.png").stat().st_size > 5_000 and rep["gpu_path"]["mlflow_run_id"]
+    # the CPU path trained with the fastest of the layouts tried on this host, each two epochs
+    layout = rep["cpu_path"]["training_layout"]
+    assert len(layout["layouts"]) >= 3 and layout["epochs"] == 2
+    assert layout["fastest"]["samples_per_s"] == max(r["samples_per_s"] for r in layout["layouts"])
+    train = json.loads((Path(rep["cpu_path"]["stages"]["train"]["output"]) / "_manifest.json").read_text())
+    assert train["num_proc"] == layout["fastest"]["ranks"]
+    # the flow around the stages (Prefect, MLflow, model logging), measured on the GPU path, counts on both
+    assert rep["gpu_path"]["fixed_s"] > 0 and rep["cpu_path"]["fixed_s"] == rep["gpu_path"]["fixed_s"]
 
 
 @pytest.mark.slow

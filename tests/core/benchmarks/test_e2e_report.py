@@ -72,3 +72,34 @@ def test_cpu_training_is_timed_over_two_epochs_and_the_first_is_warm_up():
     seconds, extra = _train_seconds({"seconds": 60.0, "history": history}, 10)
     assert seconds == pytest.approx(60.0 + 8 * 20.0) and extra["epoch_s"] == 20.0 and extra["fixed_s"] == 10.0
     assert extra["first_epoch_s"] == 30.0 and extra["epochs_timed"] == 2
+
+
+def _summary(tmp_path, path: str, seconds: dict[str, float], fingerprints: dict[str, str], epochs: int) -> dict:
+    import json
+
+    stages = {}
+    for name, secs in seconds.items():
+        out = tmp_path / path / name
+        out.mkdir(parents=True)
+        m = {"seconds": secs}
+        if name == "train":  # epochs of 10 s each
+            m["history"] = [{"t_start": 10.0 * e, "t_end": 10.0 * (e + 1)} for e in range(epochs)]
+        (out / "_manifest.json").write_text(json.dumps(m))
+        stages[name] = {"output": str(out), "fingerprint": fingerprints[name], "cached": False, "rows_in": 1}
+    return {"stages": stages, "mlflow_run_id": path}
+
+
+def test_fixed_costs_count_on_both_paths_and_the_layout_is_named(tmp_path):
+    from tasks.core.benchmarks.e2e import e2e_report
+
+    cfg = load_config("local", ["train.epochs=4"])
+    fps = {"validate": "v", "ingest": "i"}
+    gpu = _summary(tmp_path, "g", {"validate": 10.0, "ingest": 5.0, "train": 30.0}, {**fps, "train": "tg"}, 4)
+    cpu = _summary(tmp_path, "c", {"validate": 10.0, "ingest": 5.0, "train": 25.0}, {**fps, "train": "tc"}, 2)
+    layouts = {"layouts": [], "fastest": {"ranks": 2, "threads_per_rank": 1}}
+    rep = e2e_report(cfg, Hardware(cpu_count=2, memory_gb=8.0), gpu, cpu, layouts=layouts, gpu_wall_s=52.0)
+    assert rep["gpu_path"]["fixed_s"] == rep["cpu_path"]["fixed_s"] == 7.0  # 52 s of flow around 45 s of stages
+    assert rep["gpu_path"]["total_s"] == 52.0 and rep["cpu_path"]["total_s"] == 10 + 5 + (25 + 2 * 10) + 7
+    assert rep["cpu_path"]["training_layout"]["fastest"]["ranks"] == 2
+    assert rep["breakdown"]["shared_s"] == 22.0  # validate, ingest and the fixed costs run the same CPU code
+    assert "| fixed (Prefect, MLflow, model logging) | 7.0 (shared) | 7.0 | 1.0x |" in markdown_table(rep)
