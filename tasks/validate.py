@@ -17,7 +17,7 @@ from tasks.core.store import StageResult, digests_fingerprint, read_manifest, ru
 from tasks.runner import TASK_OPTIONS, finish_stage, logger, publish_table, spark_stage
 
 
-def _increment(raw: str, layout, inc: Increment, cfg: ValidateConfig, rt: Runtime, tmp: Path) -> dict | None:
+def _increment(layout, inc: Increment, cfg: ValidateConfig, rt: Runtime, tmp: Path) -> dict | None:
     """The new files validated and added to the base's figures, or None (and ``tmp`` emptied) where they cannot be
     taken apart from it (``increment.separable``)."""
     delta = layout.only(set(inc.new_files))
@@ -51,7 +51,7 @@ def validate_task(
 
     def compute(tmp: Path) -> dict:
         found = {"raw_files": stamps, "raw_digests": digests, "raw_dir": str(Path(raw).resolve())}
-        if increment is not None and (body := _increment(raw, layout, increment, cfg, rt, tmp)) is not None:
+        if increment is not None and (body := _increment(layout, increment, cfg, rt, tmp)) is not None:
             return {**body, **found}
         body = spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg))
         return {**body, **found, "work_rows": body["rows_in"]}
