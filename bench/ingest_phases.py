@@ -42,7 +42,8 @@ def _plan(spark, raw: Path):
     from pyspark.sql import functions as F
 
     from tasks.core.stages.ingest import number_files, rank_rows, violations
-    from tasks.core.stages.raw import discover, read_kpi
+    from tasks.core.stages.raw import discover
+    from tasks.core.stages.readers import read_kpi
     from tasks.core.stages.rules import KEYS, kpi_rules
 
     layout = discover(raw)

@@ -14,6 +14,7 @@ from tasks.core.config import FaultlineConfig, load_config, run_overrides, stage
 from tasks.core.runs import Heartbeat
 from tasks.core.runtime import Runtime, resolve_runtime
 from tasks.core.secrets import refuse_literal_secrets
+from tasks.core.sparkops import one_application
 from tasks.core.stages.features import lake_fingerprint
 from tasks.core.store import StageResult
 from tasks.evaluate import evaluate_task
@@ -64,16 +65,18 @@ def run_stages(
 ) -> dict[str, StageResult]:
     stages: dict[str, StageResult] = {}
     inc = None
-    if "validate" in plan:
-        raw = raw or value(simulate_task(cfg.workload, root)).path
-        inc = plan_increment(cfg, rt, root, str(raw)) if incremental and not redo("validate") else None
-        stages["validate"] = value(validate_task(str(raw), cfg.validate_, rt, root, redo("validate"), inc))
-        inc = inc and inc.taken(stages["validate"].get("increment"))  # None: validation ran over every file
+    with one_application("validate-ingest") if {"validate", "ingest"} <= set(plan) else nullcontext():
+        if "validate" in plan:  # the raw exports parsed once, in one Spark application, for both stages
+            raw = raw or value(simulate_task(cfg.workload, root)).path
+            inc = plan_increment(cfg, rt, root, str(raw)) if incremental and not redo("validate") else None
+            stages["validate"] = value(validate_task(str(raw), cfg.validate_, rt, root, redo("validate"), inc))
+            inc = inc and inc.taken(stages["validate"].get("increment"))  # None: validation ran over every file
+        if "ingest" in plan:
+            redone = None if redo("ingest") else inc  # a forced stage recomputes every day
+            stages["ingest"] = value(
+                ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest"), redone)
+            )
     if "ingest" in plan:
-        redone = None if redo("ingest") else inc  # a forced stage recomputes every day
-        stages["ingest"] = value(
-            ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest"), redone)
-        )
         lake, lake_fp = str(stages["ingest"].path), stages["ingest"].fingerprint
     elif "features" in plan:
         lake_fp = lake_fingerprint(Path(lake))

@@ -10,6 +10,7 @@ from prefect import task
 
 from tasks.core.config import ValidateConfig
 from tasks.core.runtime import Runtime
+from tasks.core.schema import KPI_PARSE_CONF
 from tasks.core.stages.increment import Increment, late_rows_probe, merge_validation, separable
 from tasks.core.stages.raw import check_unchanged, discover
 from tasks.core.stages.validate import expectation_rows, expectations_markdown, validate_stage
@@ -56,10 +57,11 @@ def validate_task(
         body = spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg))
         return {**body, **found, "work_rows": body["rows_in"]}
 
+    parse = rt.spark_conf.get(KPI_PARSE_CONF, "csv")  # another parser may judge an odd line otherwise
     result = run_stage(
         root,
         "validate",
-        {"raw": fp},
+        {"raw": fp, **({"kpi_parse": parse} if parse != "csv" else {})},
         cfg,
         compute,
         force=force,

@@ -21,6 +21,7 @@ from .config import FaultlineConfig, FeaturesConfig, IngestConfig, TrainConfig
 from .errors import ConfigError
 from .hardware import GPU, Hardware, detect_hardware  # noqa: F401  (GPU: re-exported)
 from .probes import java_home
+from .schema import KPI_PARSE_CONF
 from .secrets import resolve
 
 
@@ -70,6 +71,7 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "false",
+        KPI_PARSE_CONF: cfg.kpi_parse,  # read by tasks.core.stages.readers.read_kpi in every stage of the session
     }
     cores = master_cores(cfg.master, hw.cpu_count)
     if cores and not cfg.rapids_jar:  # 4 input splits a core at least: 14 files of 73 MB made 5 splits on 2 cores,
@@ -121,11 +123,12 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         # cached (persisted) input kept as Parquet batches the GPU scans; Spark's default keeps rows the plugin
         # cannot scan ("ParquetCachedBatchSerializer is not being used"). It also runs on the CPU (explainOnly)
         "spark.sql.cache.serializer": "com.nvidia.spark.ParquetCachedBatchSerializer",
-        # the KPI CSV scan stays on the CPU: the plugin's CSV reader keeps no corrupt-record column yet does not
-        # fall back when the schema has one (NVIDIA/cudf-spark#2065), so a malformed line ("n/a#" in a number, a
-        # truncated export) came out as a parsed row with nulls: quarantined as null_* without its text, and GX's
-        # counts differed from the CPU's (bench/device/same_lake.py finds such differences)
-        "spark.rapids.sql.format.csv.read.enabled": "false",
+        # with ingest.kpi_parse=csv the KPI CSV scan stays on the CPU: the plugin's CSV reader keeps no
+        # corrupt-record column yet does not fall back when the schema has one (NVIDIA/cudf-spark#2065), so a
+        # malformed line ("n/a#" in a number, a truncated export) came out as a parsed row with nulls: quarantined as
+        # null_* without its text, and GX's counts differed from the CPU's (bench/device/same_lake.py finds such
+        # differences). With kpi_parse=lines the GPU reads each line as one string, which no line can break
+        "spark.rapids.sql.format.csv.read.enabled": str(cfg.kpi_parse == "lines").lower(),
     }
     if cfg.rapids_shuffle_mode == "SPARK":  # on Spark 4 the plugin installs its shuffle manager unless told not to
         conf["spark.rapids.shuffle.enabled"] = "false"

@@ -43,3 +43,6 @@ ALARM_COLUMNS: tuple[Column, ...] = (
 )
 ALARM_NAMES = tuple(c.name for c in ALARM_COLUMNS)
 FAULT_ALARM = "NODE_DOWN"
+
+# the Spark conf key that carries ingest.kpi_parse to every stage of a session (tasks.core.stages.readers.read_kpi)
+KPI_PARSE_CONF = "spark.faultline.kpiParse"

@@ -128,6 +128,12 @@ class IngestConfig(_Section):
         "sort shuffle (spark.rapids.shuffle.enabled=false), for comparison",
     )
     concurrent_gpu_tasks: int = Field(2, ge=1)
+    kpi_parse: Literal["csv", "lines"] = Field(
+        "csv",
+        description="how validation and ingest parse the KPI exports: csv, Spark's CSV parser; lines, each line read "
+        "as one string and split and cast by the rules written out in tasks/core/stages/readers.py (a malformed line "
+        "is kept, its text and reason with it, also where the RAPIDS Accelerator reads the file on the GPU)",
+    )
     extra_conf: dict[str, str] = Field(default_factory=dict)
 
 

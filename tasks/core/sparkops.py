@@ -1,4 +1,5 @@
-"""Spark that people can operate: a session per stage (named after it, stopped when the stage ends), a job group
+"""Spark that people can operate: a session per stage (named after it, stopped when the stage ends) or one for a
+flow run's consecutive Spark stages (which then parse the raw exports once), a job group
 and a description on every job, and the RAPIDS Accelerator's own report of what ran on the GPU and what fell
 back to the CPU (and why), kept in the stage's manifest.
 
@@ -28,22 +29,80 @@ _LINE = re.compile(
 _WRAPPERS = {"AdaptiveSparkPlanExec", "TableCacheQueryStageExec", "ShuffleQueryStageExec", "BroadcastQueryStageExec"}
 
 
+_SCOPE: dict[str, Any] | None = None  # one_application's: its name, its session, the frames a stage shared
+
+
+@contextmanager
+def one_application(name: str) -> Iterator[None]:
+    """Within: the Spark stages share one application, ``faultline-<name>`` (one JVM, one start, code the JIT has
+    already compiled), and a later stage can take the raw frames an earlier one parsed (:func:`share_frames`,
+    :func:`take_frames`), so validation and ingest read and parse the exports once. On exit the frames left are
+    unpersisted and the application stopped. Nested, the outer scope holds."""
+    global _SCOPE
+    if _SCOPE is not None:
+        yield
+        return
+    _SCOPE = scope = {"name": name, "spark": None, "frames": {}}
+    try:
+        yield
+    finally:
+        _SCOPE = None
+        for frames in scope["frames"].values():
+            unpersist(frames)
+        if scope["spark"] is not None:
+            scope["spark"].stop()
+
+
+def _alive(spark) -> bool:
+    return spark is not None and spark.sparkContext._jsc is not None
+
+
 @contextmanager
 def stage_spark(conf: dict[str, str], stage: str) -> Iterator[Any]:
     """A SparkSession for one stage, named ``faultline-<stage>`` (its own application in the History Server) and
-    stopped when the stage ends. A session already active in this process (a test's, a benchmark's) is reused
-    and left running: it belongs to whoever started it."""
+    stopped when the stage ends; inside :func:`one_application`, that scope's session, left running for the next
+    stage. A session already active in this process (a test's, a benchmark's) is reused and left running: it
+    belongs to whoever started it."""
     from pyspark.sql import SparkSession
 
     from tasks.core.runtime import spark_session
 
     owned = SparkSession.getActiveSession() is None
+    if _SCOPE is not None and (owned or _alive(_SCOPE["spark"])):
+        if not _alive(_SCOPE["spark"]):
+            _SCOPE["spark"] = spark_session({**conf, "spark.app.name": f"faultline-{_SCOPE['name']}"})
+        yield _SCOPE["spark"]
+        return
     spark = spark_session({**conf, "spark.app.name": f"faultline-{stage}"})
     try:
         yield spark
     finally:
         if owned:
             spark.stop()
+
+
+def unpersist(frames: dict[str, Any]) -> None:
+    for df in frames.values():
+        if df is not None:
+            df.unpersist()
+
+
+def share_frames(key: str, frames: dict[str, Any]) -> bool:
+    """Offer ``frames`` (cached DataFrames of the raw exports named by ``key``) to a later stage of this
+    :func:`one_application`; False (nothing kept: the caller unpersists them) outside one."""
+    if _SCOPE is None or not _alive(_SCOPE["spark"]):
+        return False
+    unpersist(_SCOPE["frames"].pop(key, {}))
+    _SCOPE["frames"][key] = frames
+    return True
+
+
+def take_frames(spark, key: str) -> dict[str, Any] | None:
+    """The frames an earlier stage shared under ``key`` in this session, now the caller's to unpersist; None when
+    there are none (no scope, another set of files, the earlier stage cached)."""
+    if _SCOPE is None or _SCOPE["spark"] is not spark:
+        return None
+    return _SCOPE["frames"].pop(key, None)
 
 
 @contextmanager

@@ -16,8 +16,9 @@ from typing import Any
 from tasks.core.config import IngestConfig
 from tasks.core.errors import InvariantBroken
 from tasks.core.schema import ALARM_NAMES, KPI_NAMES
-from tasks.core.sparkops import job_group
-from tasks.core.stages.raw import CORRUPT, RawLayout, read_alarms, read_kpi
+from tasks.core.sparkops import job_group, take_frames, unpersist
+from tasks.core.stages.raw import CORRUPT, RawLayout
+from tasks.core.stages.readers import input_files, read_alarms, read_kpi
 from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 
 SLOT = "_slot"  # a KPI row's shuffle partition on the CPU: its day and a bucket of its element (by_day)
@@ -35,7 +36,7 @@ def violations(rules: list[Rule]) -> dict:
     return {"malformed": malformed, **{r.reason: ~malformed & F.coalesce(r.violation(), F.lit(False)) for r in rules}}
 
 
-def number_files(df) -> tuple[Any, Any]:
+def number_files(df, files: list[str] | None = None) -> tuple[Any, Any]:
     """``df`` with ``_source_file`` (a ``file://`` URI a row, the widest value a KPI row carries through the shuffle,
     the window's sort and the cache) replaced by ``_file_no``, the file's 1-based place among the input's files in
     URI order, and the array of those URIs (``element_at`` gives a row's URI back). The dedup order is unchanged: a
@@ -46,10 +47,11 @@ def number_files(df) -> tuple[Any, Any]:
     stage on Spark's duplicate map key, never a silent mix-up; a row from a file missing from the listing the read
     was planned on fails it too, naming the file. The guard is a ``when``: the RAPIDS Accelerator evaluates a
     conditional's side-effecting branch only on the rows that take it, but every argument of a ``coalesce`` on the
-    whole batch (GpuCoalesce), so a ``coalesce`` guard fails every KPI batch under the plugin."""
+    whole batch (GpuCoalesce), so a ``coalesce`` guard fails every KPI batch under the plugin. ``files``: the
+    listing, where ``df`` cannot give it (a cached frame lists no files)."""
     from pyspark.sql import functions as F
 
-    files = sorted(df.inputFiles())
+    files = sorted(df.inputFiles() if files is None else files)
     uris, uri = F.array(*[F.lit(u) for u in files]), F.col("_source_file")
     by_hash = F.create_map(*[x for n, u in enumerate(files, 1) for x in (F.xxhash64(F.lit(u)), F.lit(n))])
     found = by_hash[F.xxhash64(uri)].cast("int")
@@ -58,13 +60,13 @@ def number_files(df) -> tuple[Any, Any]:
     return df.withColumn(FILE_NO, no).drop("_source_file"), uris
 
 
-def _file_numbers(df) -> tuple[Any, Any]:
+def _file_numbers(df, files: list[str]) -> tuple[Any, Any]:
     """:func:`number_files`, and the quarantine's ``_source_file`` column (the URI given back by the number), on the
     CPU and with the RAPIDS Accelerator alike: under the plugin the ``when`` guard runs on the GPU, and the lake,
     quarantine and GX results with the number are the CPU's, row for row (``bench/device/same_lake.py``)."""
     from pyspark.sql import functions as F
 
-    df, uris = number_files(df)
+    df, uris = number_files(df, files)
     return df, F.element_at(uris, F.col(FILE_NO)).alias("_source_file")
 
 
@@ -229,18 +231,19 @@ def ingest_source(
     name: str,
     cfg: IngestConfig,
     span: tuple[datetime, datetime],
+    files: list[str] | None = None,
 ) -> dict[str, Any]:
     """One source's lake and quarantine. The raw input is read once: that pass parses, flags and ranks the rows,
     keeps them (persisted) for the two writes, and counts them (rows in, quarantined, per reason) as the first
-    write goes (:func:`_counting`)."""
+    write goes (:func:`_counting`). ``files``: the input's listing, for a ``df`` that cannot give it (cached)."""
     from pyspark.sql import functions as F
 
     from tasks.core.runtime import effective_spark_conf
     from tasks.core.sparkops import plugin_active
 
     group, gpu = f"ingest:{name}", plugin_active(effective_spark_conf(spark))
-    files = sorted(df.inputFiles())  # number_files' order: a row's _file_no is its file's place here, from 1
-    df, source = _file_numbers(df)
+    files = sorted(df.inputFiles() if files is None else files)  # number_files' order: _file_no is a place here
+    df, source = _file_numbers(df, files)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise
     # (alarms: keyed by alarm_id alone) the window and each write shuffle on their own.
@@ -281,12 +284,19 @@ def ingest_source(
 
 
 def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[str, Any]:
+    """Both sources' lakes and quarantines. The raw frames validation parsed and cached in this application
+    (``sparkops.take_frames``) are used where it read these very files; otherwise the exports are read again."""
     topo = layout.topology()
     ids = list(topo.element_ids)
+    shared = take_frames(spark, layout.read_key())
+    frames = shared or {"kpi": read_kpi(spark, layout), "alarms": read_alarms(spark, layout)}
+    # a cached frame lists no files (nor does a new read of it: the cache stands in for its plan); a text read of
+    # the same paths lists them as the CSV and JSON readers name a row's file
+    files = {"kpi": input_files(spark, layout.kpi_files), "alarms": input_files(spark, layout.alarm_files)}
     sources = {
         "kpi": ingest_source(
             spark,
-            read_kpi(spark, layout),
+            frames["kpi"],
             kpi_rules(ids, layout.start, layout.end),
             KEYS["kpi"],
             KPI_NAMES,
@@ -294,10 +304,11 @@ def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[s
             "kpi",
             cfg,
             (layout.start, layout.end),
+            files["kpi"],
         ),
         "alarms": ingest_source(
             spark,
-            read_alarms(spark, layout),
+            frames["alarms"],
             alarm_rules(ids, layout.start, layout.end),
             KEYS["alarms"],
             ALARM_NAMES,
@@ -305,10 +316,14 @@ def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[s
             "alarms",
             cfg,
             (layout.start, layout.end),
+            files["alarms"],
         ),
     }
+    if shared:
+        unpersist(shared)
     (out / "topology.json").write_text(json.dumps(topo.to_json()))  # whatever format it came in, JSON downstream
     return {
+        "raw_parse": "validation's, in the same Spark application" if shared else "read and parsed here",
         "sources": sources,
         "rows_in": sum(s["rows_in"] for s in sources.values()),
         "rows_out": sum(s["rows_out"] for s in sources.values()),

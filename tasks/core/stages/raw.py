@@ -60,6 +60,11 @@ class RawLayout:
         """Each file's size and modification time (ns): names what changed when the fingerprint no longer holds."""
         return {p.relative_to(self.root).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns] for p in self.all_files}
 
+    def read_key(self) -> str:
+        """Names the bytes a read of these files sees (each file's size and time): the key under which validation
+        offers its parsed frames to ingest (``sparkops.share_frames``)."""
+        return json.dumps([str(self.root), self.stamps()], sort_keys=True)
+
     def topology(self) -> Topology:
         try:
             return Topology.read(self.topology_file)
@@ -286,79 +291,3 @@ def check_files(layout: RawLayout) -> dict[str, int]:
     if topo.n == 0:
         raise DataRejected(f"{layout.topology_file}: topology has no elements", file=str(layout.topology_file))
     return {"kpi_files": len(layout.kpi_files), "alarm_files": len(layout.alarm_files), "elements": topo.n}
-
-
-def _spark_type(kind: str):
-    from pyspark.sql import types as T
-
-    return {"string": T.StringType(), "timestamp": T.TimestampType(), "double": T.DoubleType(), "long": T.LongType()}[
-        kind
-    ]
-
-
-def spark_schema(columns, corrupt: bool = True, timestamps_as_text: bool = False):
-    from pyspark.sql import types as T
-
-    def kind(c) -> str:
-        return "string" if timestamps_as_text and c.kind == "timestamp" else c.kind
-
-    fields = [T.StructField(c.name, _spark_type(kind(c)), True) for c in columns]
-    if corrupt:
-        fields.append(T.StructField(CORRUPT, T.StringType(), True))
-    return T.StructType(fields)
-
-
-def _typed_timestamps(df, columns):
-    """The timestamp columns, read as text, cast where they match :data:`ISO_ZONED`; a value that does not (or
-    names no real instant, e.g. February 30th) makes the row malformed, with the text kept in ``_corrupt_record``.
-
-    Two projections: the checked cast, then the note built from its result. In one, the note repeated the match
-    and the cast (the projection's common subexpressions sit inside conditionals, which Spark does not share): a
-    third of the KPI read's CPU time (``faultline bench ingest``)."""
-    from pyspark.sql import functions as F
-
-    names = [c.name for c in columns if c.kind == "timestamp"]
-    typed = {f"_typed_{n}": F.when(F.col(n).rlike(ISO_ZONED), F.col(n).cast("timestamp")) for n in names}
-    df = df.withColumns(typed)  # kept apart from the next projection: Spark does not inline a costly reused value
-    note = F.lit(None).cast("string")
-    for n in reversed(names):
-        note = F.when(
-            F.col(n).isNotNull() & F.col(f"_typed_{n}").isNull(),
-            F.concat(F.lit(f"{n} not ISO-8601 with a zone: "), F.col(n)),
-        ).otherwise(note)
-    out = df.withColumns({**{n: F.col(f"_typed_{n}") for n in names}, CORRUPT: F.coalesce(F.col(CORRUPT), note)})
-    return out.drop(*typed)
-
-
-def read_kpi(spark, layout: RawLayout):
-    """All KPI exports as one DataFrame; malformed lines kept in ``_corrupt_record``, never dropped."""
-    from pyspark.sql import functions as F
-
-    df = spark.read.csv(
-        [str(p) for p in layout.kpi_files],
-        header=True,
-        schema=spark_schema(KPI_COLUMNS, timestamps_as_text=True),
-        mode="PERMISSIVE",
-        columnNameOfCorruptRecord=CORRUPT,
-        # the header is skipped, not matched by name: check_kpi_file has already required it to be exactly
-        # KPI_NAMES. (The RAPIDS Accelerator scans CSV only when the schema is enforced; the runtime keeps the scan
-        # on the CPU all the same: the plugin's CSV reader leaves the corrupt-record column empty, runtime.py)
-        enforceSchema=True,
-    )
-    df = _typed_timestamps(df, KPI_COLUMNS)
-    return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())
-
-
-def read_alarms(spark, layout: RawLayout):
-    from pyspark.sql import functions as F
-
-    if not layout.alarm_files:
-        return None
-    df = spark.read.json(
-        [str(p) for p in layout.alarm_files],
-        schema=spark_schema(ALARM_COLUMNS, timestamps_as_text=True),
-        mode="PERMISSIVE",
-        columnNameOfCorruptRecord=CORRUPT,
-    )
-    df = _typed_timestamps(df, ALARM_COLUMNS)
-    return df.withColumn("_source_file", F.input_file_name()).withColumn("_seq", F.monotonically_increasing_id())

@@ -15,8 +15,9 @@ from tasks.core.datadocs import vendor_site
 from tasks.core.errors import DataRejected, InvariantBroken
 from tasks.core.laps import Laps
 from tasks.core.schema import ALARM_COLUMNS, KPI_COLUMNS
-from tasks.core.sparkops import job_group
-from tasks.core.stages.raw import CORRUPT, RawLayout, check_files, read_alarms, read_kpi
+from tasks.core.sparkops import job_group, share_frames, unpersist
+from tasks.core.stages.raw import CORRUPT, RawLayout, check_files
+from tasks.core.stages.readers import read_alarms, read_kpi
 from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
 
 SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "DoubleType", "long": "LongType"}
@@ -42,7 +43,16 @@ def _suite(context, name: str, expectations: list) -> Any:
     return suite
 
 
-def _run_suite(context, source, name: str, expectations: list, df, actions: list) -> dict[str, Any]:
+ROW_SAMPLES = 0  # a row suite's bad rows are in the quarantine with their reasons: GX counts them, lists none
+FILE_SAMPLES = 20  # a file suite lists up to this many malformed lines' text (GX's partial_unexpected_list)
+
+
+def _run_suite(
+    context, source, name: str, expectations: list, df, actions: list, samples: int = FILE_SAMPLES
+) -> dict[str, Any]:
+    """One suite over ``df`` through a checkpoint. ``samples``: the bad values GX lists per expectation. Each list
+    is a Spark job of its own that scans the rows until it has found them (every row, where a rule finds none); with
+    0, Spark plans it away (a zero limit), and the suite's counts come from one aggregation."""
     import great_expectations as gx
 
     batch = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("all")
@@ -53,7 +63,7 @@ def _run_suite(context, source, name: str, expectations: list, df, actions: list
             name=f"{name}_checkpoint",
             validation_definitions=[vd],
             actions=actions,
-            result_format={"result_format": "SUMMARY"},
+            result_format={"result_format": "SUMMARY" if samples else "BASIC", "partial_unexpected_count": samples},
         )
     )
     spark = getattr(df, "sparkSession", None)  # None: a pandas frame (the topology's), which starts no Spark job
@@ -184,7 +194,7 @@ def run_validation(
         lap(f"gx_{source}_file")
         parsed = df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT)
         row_exps = _row_expectations(rules[source], KEYS[source], mostly)
-        results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions)
+        results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions, ROW_SAMPLES)
         lap(f"gx_{source}_rows")
         with job_group(spark, f"validate:{source}", f"validate {source}: rule counts in Spark (cross-checked with GX)"):
             counts[source] = rule_counts(df, rules[source])
@@ -194,8 +204,8 @@ def run_validation(
     lap("gx_topology")
     _cross_check(results, counts)
     probed = {"probe": probe(frames)} if probe is not None else {}
-    for df in frames.values():
-        df.unpersist()
+    if not share_frames(layout.read_key(), frames):  # ingest, in the same application, takes them
+        unpersist(frames)
     (result_path := out_dir / "validation_result.json").write_text(json.dumps(results, indent=1, default=str))
     docs = context.get_docs_sites_urls()
     lap("results")

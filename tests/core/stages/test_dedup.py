@@ -93,7 +93,7 @@ def test_file_numbers_keep_the_file_order_and_give_the_uri_back(spark, tiny_raw)
     from pyspark.sql import functions as F
 
     from tasks.core.stages.ingest import FILE_NO, number_files
-    from tasks.core.stages.raw import read_kpi
+    from tasks.core.stages.readers import read_kpi
 
     df = read_kpi(spark, discover(tiny_raw))
     numbered, uris = number_files(df.withColumn("_uri", F.col("_source_file")))
