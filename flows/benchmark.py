@@ -17,6 +17,7 @@ from tasks.benchmark import (
     increment_task,
     ingest_bench_task,
     quality_task,
+    scale_task,
     scaling_task,
     train_bench_task,
 )
@@ -26,7 +27,7 @@ from tasks.core.runtime import resolve_runtime
 from tasks.runner import store_root, value
 from tasks.simulate import simulate_task
 
-Suite = Literal["baseline", "scaling", "ingest", "train", "features", "e2e", "quality", "increment"]
+Suite = Literal["baseline", "scaling", "ingest", "train", "features", "e2e", "quality", "increment", "scale"]
 TASKS = {
     "baseline": baseline_task,
     "scaling": scaling_task,
@@ -78,6 +79,42 @@ def increment_runs(cfg, profile: str, overrides: list[str]) -> list[dict[str, An
     return runs
 
 
+def scale_runs(cfg, profile: str, overrides: list[str]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+    """The GPU path at each of ``bench.<size>.scale_factors`` times the profile's days, a pipeline run (subflow) each
+    in a fresh store, over the first days of one simulation of the largest (``tasks.core.benchmarks.scale``)."""
+    from pathlib import Path
+
+    from tasks.core.benchmarks.scale import EXPORTS, link_days, measure, next_factor
+
+    size = cfg.bench.sized
+    factors = sorted(set(size.scale_factors))
+    days, topology = size.scale_days or cfg.workload.days, size.scale_topology or cfg.workload.topology
+    spec = {"profile": profile, "topology": topology, "base_days": days, "factors": factors}
+    most = load_config(profile, [*overrides, f"workload.topology={topology}", f"workload.days={days * factors[-1]}"])
+    exports = Path(value(simulate_task(most.workload, store_root(cfg.paths.root))).path)
+    work = Path(cfg.bench.work).resolve() / "scale"
+    work.mkdir(parents=True, exist_ok=True)
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    per_factor = None
+    for factor in factors:
+        run_factor, why = next_factor(factor, per_factor, shutil.disk_usage(work).free, [r["factor"] for r in records])
+        notes += [why] if why else []
+        if run_factor is None:
+            break
+
+        def run(root: Path, n: int = days * run_factor) -> dict[str, Any]:
+            link_days(exports, root / EXPORTS, n)
+            sets, raw = [*overrides, f"paths.root={root}"], str(root / EXPORTS)
+            return fault_prediction_pipeline(profile=profile, topology=topology, raw=raw, overrides=sets)
+
+        records.append(measure(run, run_factor, days * run_factor, work))
+        if records[-1]["status"] != "completed" or why:
+            break  # a failed size, or the largest the disk holds: nothing larger runs
+        per_factor = max(per_factor or 0.0, records[-1]["store_bytes"] / run_factor)
+    return records, notes, spec
+
+
 @flow(name="benchmark", log_prints=True)
 def benchmark(
     suites: list[Suite] = ["baseline", "scaling"],  # noqa: B006
@@ -91,7 +128,8 @@ def benchmark(
         suites: which benchmarks: baseline, scaling, ingest, train, features, e2e (two pipeline runs of the
             profile's workload: as the profile says, and on the CPU path), quality (pipeline runs over the
             yardstick's topologies and seeds: graph model vs tuned tree vs rule vs the oracles), increment (a new
-            day after the others were processed, against a full run over all of them).
+            day after the others were processed, against a full run over all of them), scale (the pipeline at
+            1x, 4x and 8x the profile's days: stage times, peak GPU and host memory, disk).
         profile: the profile (deployments/profiles/*.yaml).
         overrides: config overrides, each section.key=value; the sizes are config too (bench.size=small,
             bench.full.rows=50000000, bench.max_workers=8, ...).
@@ -103,6 +141,8 @@ def benchmark(
     for suite in suites:
         if suite == "features":
             out[suite] = features_bench_task(cfg, rt, list(parts or []))
+        elif suite == "scale":
+            out[suite] = scale_task(cfg, *scale_runs(cfg, profile, overrides or []))
         elif suite == "increment":
             out[suite] = increment_task(cfg, increment_runs(cfg, profile, overrides or []))
         elif suite == "quality":

@@ -341,9 +341,8 @@ def _check_parser(sub) -> None:
 
 def _bench_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks: ratios against a baseline measured in the same run")
-    b.add_argument(
-        "what", choices=["all", "baseline", "scaling", "ingest", "train", "features", "e2e", "quality", "increment"]
-    )
+    suites = ["all", "baseline", "scaling", "ingest", "train", "features", "e2e", "quality", "increment", "scale"]
+    b.add_argument("what", choices=suites)
     b.add_argument("--size", choices=["small", "full"], default="full", help="small: a quick test of the flow")
     b.add_argument("--max-workers", type=int, help="scaling: up to N workers (default: the profile's)")
     b.add_argument("--topology", help="topohub key (train): default the profile's workload topology")

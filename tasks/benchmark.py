@@ -245,3 +245,24 @@ def quality_task(cfg: FaultlineConfig, runs: list[dict[str, Any]]) -> dict[str, 
     publish_markdown("bench-quality", f"## Quality yardstick\n\n{table}\n", "graph model vs tree vs oracle")
     logger().info("quality:\n%s", table)
     return report
+
+
+@task(name="bench-scale", **TASK_OPTIONS)
+def scale_task(cfg: FaultlineConfig, runs: list[dict[str, Any]], notes: list[str], spec: dict) -> dict[str, Any]:
+    """The scale curve's report (``e2e_scale.json``) and plot over its pipeline runs (``scale.measure`` each)."""
+    from tasks.core.benchmarks.scale import plot_scale, scale_report
+    from tasks.core.runtime import detect_hardware
+
+    hw = detect_hardware()
+    report = scale_report(runs, spec, notes)
+    report = {"benchmark": "e2e_scale", "device": hw.gpus[0].name if hw.gpus else f"{hw.cpu_count}-core CPU",
+              "hardware": hw.as_dict(), **report}  # fmt: skip
+    png = plot_scale(report, Path(cfg.paths.bench_results) / "e2e_scale.png")
+    report = _publish(cfg, "e2e_scale", report, (png,))
+    rows = [
+        {"size": f"{r['factor']}x", "KPI rows": r.get("kpi_rows"), "seconds": r["total_s"], "status": r["status"]}
+        for r in runs
+    ]
+    publish_table("bench-scale", rows, f"the GPU path at {', '.join(f'{f}x' for f in spec['factors'])} the rows")
+    logger().info("scale: %s; growth %s; %s", rows, report.get("growth"), "; ".join(notes) or "no size refused")
+    return report

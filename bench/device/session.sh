@@ -32,6 +32,8 @@
 #   hostab    the run again with the training tensors built on the host (train.tensors=host): train and evaluate
 #             A/B against the run's on-GPU build, on the same host in one chain
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
+#   scale     faultline bench scale --profile gpu: the GPU path at 1x, 4x and 8x the profile's days (bench.full.
+#             scale_factors; SCALE_SET adds --set overrides), each from raw in a fresh store: e2e_scale.json
 #   scaling   faultline bench scaling --profile gpu --size SCALING_SIZE (default small): this host's own strong and
 #             weak scaling, which the checklist judges the run against
 #   check     faultline check on the newest GPU run (run's or e2e's), against this host's scaling report where the
@@ -148,7 +150,19 @@ PY
     e2e) $FL bench e2e --profile gpu $(for o in ${E2E_SET:-}; do echo --set $o; done) --results $R --work /tmp/fl/bench \
         --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
-      manifests /tmp/fl/bench ;;
+      manifests /tmp/fl/root/store e2e ;;  # both paths' stage manifests, by fingerprint
+    scale) $FL bench scale --profile gpu $(for o in ${SCALE_SET:-}; do echo --set $o; done) --results $R \
+        --work /tmp/fl/bench --json > $R/scale.log 2>&1
+      echo "scale rc=$?" >> $R/steps.log
+      python3 - $R/e2e_scale.json >> $R/steps.log 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["runs"]:
+    print(f"  {r['factor']}x {r.get('kpi_rows')} rows {r['total_s']} s {r['status']} GPU {r.get('peak_gpu_memory_bytes')} "
+          f"host {r.get('peak_host_memory_bytes')} disk {r.get('disk_bytes')} {r.get('stages_s')}")
+print("  growth", d.get("growth"), d.get("notes"))
+PY
+      ;;
     hostab) # the GPU path again from its cached features, the training tensors built on the host (the stage,
       # data.npz) instead of on each rank's GPU: train and evaluate A/B on the same host in one chain
       $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --set train.tensors=host --json \
@@ -198,7 +212,7 @@ PY
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
   cp /tmp/fl/bench/ingest/partial.json $R/ingest_partial.json 2>/dev/null  # the ingest variants finished so far
-  for f in steps.log install_time.txt ingest.json checklist.md e2e.json train.json scaling.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  for f in steps.log install_time.txt ingest.json checklist.md e2e.json e2e_scale.json scaling.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }
 

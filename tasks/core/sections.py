@@ -271,6 +271,9 @@ class BenchSize(_Section):
     increment_topology: str = Field("topozoo/TataNld", description="increment: topohub key of the simulated network")
     increment_days: int = Field(8, ge=2, description="increment: days of the full run (the base run has one fewer)")
     increment_repeats: int = Field(3, ge=1, description="increment: repeats (medians of each stage's seconds)")
+    scale_factors: list[int] = Field([1, 4, 8], min_length=1, description="scale: multiples of the base days run")
+    scale_days: int | None = Field(None, ge=1, description="scale: the base days (None: the profile's)")
+    scale_topology: str | None = Field(None, description="scale: topohub key (None: the profile's)")
 
 
 class BenchConfig(_Section):
@@ -280,6 +283,7 @@ class BenchConfig(_Section):
         **{"ingest_topology": "topozoo/Geant2012"},  # 3 days, 32 k rows: every variant's path, in seconds
         **{"train_epochs": 4, "train_hidden": 8, "quality_topologies": ["topozoo/Abilene"], "quality_held_out": []},
         **{"quality_seeds": [1], "quality_days": 3, "increment_topology": "topozoo/Abilene", "increment_repeats": 1},
+        **{"scale_factors": [1, 2], "scale_days": 2, "scale_topology": "topozoo/Abilene"},
     )
     full: BenchSize = BenchSize(
         topology="topozoo/Geant2012", days=8, times=1008, rows=5_000_000, size_gb=1.0, train_epochs=6
