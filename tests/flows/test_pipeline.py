@@ -245,3 +245,26 @@ def test_refresh_train_retrains_from_scratch(first_run):
     # evaluation is keyed by the weights it scores: reused only where retraining reproduced them bit for bit
     same = weights_digest(Path(again["stages"]["train"]["output"], "model.pt")) == weights
     assert again["stages"]["evaluate"]["cached"] is same
+
+
+def test_validate_and_ingest_share_one_spark_application_and_one_parse(first_run):
+    """Validate and ingest run in one Spark application, named for both and ended with ingest; ingest took the frames
+    validation parsed and cached (its manifest says so), so none of its queries scans a CSV or JSON file. Its
+    quarantine still matches validation's counts reason for reason (the stage checks it) and rows in = out +
+    quarantined (above)."""
+    from tasks.core.sparkops import read_event_log
+
+    root, summary, _ = first_run
+    apps = {}
+    for app in (root / "store" / "spark-events").iterdir():
+        events = read_event_log(app)
+        assert any(e["Event"] == "SparkListenerApplicationEnd" for e in events)  # stopped, not left running
+        apps[next(e for e in events if e["Event"] == "SparkListenerApplicationStart")["App Name"]] = events
+    assert list(apps) == ["faultline-validate-ingest"]
+    manifest = json.loads(Path(summary["stages"]["ingest"]["output"], "_manifest.json").read_text())
+    assert manifest["raw_parse"] == "validation's, in the same Spark application"
+    assert manifest["timings_s"]["spark_start"] < 1.0  # validation's session, already running
+    sql = [e for e in apps["faultline-validate-ingest"] if e["Event"].endswith("SQLExecutionStart")]
+    plans = [e["physicalPlanDescription"] for e in sql if e.get("description", "").startswith("ingest ")]
+    assert plans and not [p for p in plans if "FileScan csv" in p or "FileScan json" in p], plans[:1]
+    assert any("InMemoryTableScan" in p for p in plans)
