@@ -1,0 +1,80 @@
+"""One Spark application for a flow run's Spark stages (``sparkops.one_application``): the stages share the scope's
+session, a later stage takes the frames an earlier one shared under the same key, and the scope's end unpersists
+what is left and stops the session. Fake sessions and frames here: the real application is checked on the suite's
+pipeline run (``tests/flows/test_pipeline.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tasks.core.runtime as runtime
+from tasks.core import sparkops
+
+
+class FakeFrame:
+    def __init__(self) -> None:
+        self.persisted = True
+
+    def unpersist(self) -> None:
+        self.persisted = False
+
+
+class FakeSession:
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.conf = conf
+        self.sparkContext = self  # noqa: N815 (pyspark's name)
+        self._jsc = object()
+
+    def stop(self) -> None:
+        self._jsc = None
+
+
+@pytest.fixture()
+def sessions(monkeypatch) -> list[FakeSession]:
+    made: list[FakeSession] = []
+
+    def start(conf):
+        made.append(FakeSession(conf))
+        return made[-1]
+
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(runtime, "spark_session", start)
+    # a real session another test of this worker started is not this scope's business
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
+    return made
+
+
+def test_stages_share_the_scopes_application_and_its_frames(sessions):
+    kpi, alarms, other = FakeFrame(), FakeFrame(), FakeFrame()
+    with sparkops.one_application("validate-ingest"):
+        with sparkops.stage_spark({"k": "v"}, "validate") as first:
+            assert sparkops.share_frames("files-a", {"kpi": kpi, "alarms": alarms})
+            assert sparkops.share_frames("files-b", {"kpi": other})
+        with sparkops.stage_spark({"k": "v"}, "ingest") as second:
+            assert second is first and first._jsc is not None  # the same application, still running
+            assert sparkops.take_frames(second, "files-c") is None  # other files: ingest reads them itself
+            assert sparkops.take_frames(second, "files-a") == {"kpi": kpi, "alarms": alarms}
+            assert sparkops.take_frames(second, "files-a") is None  # taken once: now the taker's to unpersist
+            assert sparkops.take_frames(FakeSession({}), "files-b") is None  # not this application's frames
+    assert [s.conf["spark.app.name"] for s in sessions] == ["faultline-validate-ingest"]
+    assert first._jsc is None and not other.persisted  # stopped; what no stage took, unpersisted
+    assert kpi.persisted and alarms.persisted  # the taker's
+
+
+def test_outside_a_scope_each_stage_has_its_own_application_and_nothing_is_shared(sessions):
+    with sparkops.stage_spark({}, "validate") as spark:
+        assert not sparkops.share_frames("files-a", {"kpi": FakeFrame()})  # the caller unpersists them
+        assert sparkops.take_frames(spark, "files-a") is None
+    assert spark._jsc is None and sessions[0].conf["spark.app.name"] == "faultline-validate"
+
+
+def test_a_failing_stage_still_ends_the_application_and_frees_the_frames(sessions):
+    frame = FakeFrame()
+    with pytest.raises(RuntimeError, match="ingest failed"):
+        with sparkops.one_application("validate-ingest"):
+            with sparkops.stage_spark({}, "validate"):
+                sparkops.share_frames("files-a", {"kpi": frame})
+            with sparkops.stage_spark({}, "ingest"):
+                raise RuntimeError("ingest failed")
+    assert sessions[0]._jsc is None and not frame.persisted and sparkops._SCOPE is None
