@@ -47,10 +47,12 @@ def one_application(name: str) -> Iterator[None]:
         yield
     finally:
         _SCOPE = None
-        for frames in scope["frames"].values():
-            unpersist(frames)
-        if scope["spark"] is not None:
-            scope["spark"].stop()
+        try:
+            for frames in scope["frames"].values():
+                unpersist(frames)
+        finally:  # a JVM that died mid-stage fails the unpersist: the session is stopped all the same
+            if scope["spark"] is not None:
+                scope["spark"].stop()
 
 
 def _alive(spark) -> bool:

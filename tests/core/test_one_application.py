@@ -78,3 +78,15 @@ def test_a_failing_stage_still_ends_the_application_and_frees_the_frames(session
             with sparkops.stage_spark({}, "ingest"):
                 raise RuntimeError("ingest failed")
     assert sessions[0]._jsc is None and not frame.persisted and sparkops._SCOPE is None
+
+
+def test_a_dead_jvm_failing_the_unpersist_still_stops_the_session(sessions):
+    class DeadFrame(FakeFrame):
+        def unpersist(self) -> None:
+            raise ConnectionError("the JVM is gone")
+
+    with pytest.raises(ConnectionError, match="the JVM is gone"):
+        with sparkops.one_application("validate-ingest"):
+            with sparkops.stage_spark({}, "validate"):
+                sparkops.share_frames("files-a", {"kpi": DeadFrame()})
+    assert sessions[0]._jsc is None and sparkops._SCOPE is None
