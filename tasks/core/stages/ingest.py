@@ -231,18 +231,18 @@ def ingest_source(
     name: str,
     cfg: IngestConfig,
     span: tuple[datetime, datetime],
-    files: list[str] | None = None,
+    files: list[str],
 ) -> dict[str, Any]:
     """One source's lake and quarantine. The raw input is read once: that pass parses, flags and ranks the rows,
     keeps them (persisted) for the two writes, and counts them (rows in, quarantined, per reason) as the first
-    write goes (:func:`_counting`). ``files``: the input's listing, for a ``df`` that cannot give it (cached)."""
+    write goes (:func:`_counting`). ``files``: the input's listing (``readers.input_files``; a cached df has none)."""
     from pyspark.sql import functions as F
 
     from tasks.core.runtime import effective_spark_conf
     from tasks.core.sparkops import plugin_active
 
     group, gpu = f"ingest:{name}", plugin_active(effective_spark_conf(spark))
-    files = sorted(df.inputFiles() if files is None else files)  # number_files' order: _file_no is a place here
+    files = sorted(files)  # number_files' order: a row's _file_no is its file's place here, from 1
     df, source = _file_numbers(df, files)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
     # day (by_day), and the window, the lake's write and the quarantine's run inside those partitions. Otherwise

@@ -57,7 +57,7 @@ def input_files(spark, paths) -> list[str]:
 # ingest.kpi_parse=lines: what a KPI token must look like to be typed (the CSV parser's own grammar, written out)
 NUMBER = r"^([+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?|NaN|Inf|-Inf)$"
 INTEGER = r"^[+-]?[0-9]+$"
-_LINE_SEP, _NO_QUOTE = "\u0001", "\u0000"  # a field separator no export line holds, and no quoting: a line is a field
+_LINE_SEP, _NO_QUOTE = "\u0001", "\u0000"  # no well-formed line holds the separator; no quoting: a line is a field
 
 
 def read_kpi(spark, layout: RawLayout):

@@ -196,10 +196,9 @@ def run_validation(
         row_exps = _row_expectations(rules[source], KEYS[source], mostly)
         results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions, ROW_SAMPLES)
         lap(f"gx_{source}_rows")
-        counts[source] = gx_counts(results, source, rules[source]) or _spark_counts(df, source, rules[source])
+        counts[source] = gx_counts(results, source, rules[source]) or _spark_counts(df, source, rules[source], results)
     results["topology"] = _run_suite(context, sources["pandas"], "topology", *_topology_suite(topo), actions)
     lap("gx_topology")
-    _cross_check(results, counts)
     probed = {"probe": probe(frames)} if probe is not None else {}
     if not share_frames(layout.read_key(), frames):  # ingest, in the same application, takes them
         unpersist(frames)
@@ -222,37 +221,36 @@ def run_validation(
     }
 
 
-def _spark_counts(df, source: str, rules: list[Rule]) -> dict[str, int]:
-    """Where GX left a count out (an expectation raised): each rule's and the malformed lines' count in Spark."""
+def _spark_counts(df, source: str, rules: list[Rule], results: dict[str, Any] | None = None) -> dict[str, int]:
+    """Where GX left a count out (an expectation raised): each rule's and the malformed lines' count in Spark,
+    checked against the counts GX did give (``results``)."""
     from pyspark.sql import functions as F
 
     with job_group(df.sparkSession, f"validate:{source}", f"validate {source}: rule counts in Spark"):
-        return {**rule_counts(df, rules), "malformed": df.filter(F.col(CORRUPT).isNotNull()).count()}
+        counts = {**rule_counts(df, rules), "malformed": df.filter(F.col(CORRUPT).isNotNull()).count()}
+    for reason, n in (_gx_found(results, source) if results else {}).items():
+        if n is not None and reason in counts and int(n) != counts[reason]:
+            raise InvariantBroken(f"validation disagrees on {source}.{reason}: GX {n}, Spark {counts[reason]}")
+    return counts
+
+
+def _gx_found(results: dict[str, Any], source: str) -> dict[str, int | None]:
+    """Each rule's count and the malformed lines' as ``source``'s suites give them (None: left out)."""
+    got = {e["reason"]: e["unexpected_count"] for e in _summarise(results[f"{source}_rows"]) if e["reason"]}
+    file = [e["unexpected_count"] for e in _summarise(results[f"{source}_file"]) if e["reason"] == "malformed"]
+    got["malformed"] = file[0] if file else None
+    return got
 
 
 def gx_counts(results: dict[str, Any], source: str, rules: list[Rule]) -> dict[str, int] | None:
     """Rows breaking each rule, and the malformed lines, as GX counted them in ``source``'s suites (one
     aggregation); None where GX left one out. Ingest quarantines by the same rules as Spark predicates and fails
     unless its counts equal these, reason for reason (``ingest.check_against_validation``)."""
-    got = {e["reason"]: e["unexpected_count"] for e in _summarise(results[f"{source}_rows"]) if e["reason"]}
-    file = [e["unexpected_count"] for e in _summarise(results[f"{source}_file"]) if e["reason"] == "malformed"]
-    got["malformed"] = file[0] if file else None
+    got = _gx_found(results, source)
     wanted = [*(r.reason for r in rules), "malformed"]
     if any(got.get(k) is None for k in wanted):
         return None
     return {k: int(got[k]) for k in wanted}
-
-
-def _cross_check(results: dict[str, Any], counts: dict[str, dict[str, int]]) -> None:
-    """GX's unexpected counts and the counts kept must agree rule for rule (where Spark counted: its predicates)."""
-    for source, by_reason in counts.items():
-        gx_counts = {e["reason"]: e["unexpected_count"] for e in _summarise(results[f"{source}_rows"]) if e["reason"]}
-        gx_counts["malformed"] = next(
-            e["unexpected_count"] for e in _summarise(results[f"{source}_file"]) if e["reason"] == "malformed"
-        )
-        for reason, n in gx_counts.items():
-            if reason in by_reason and n is not None and int(n) != by_reason[reason]:
-                raise InvariantBroken(f"validation disagrees on {source}.{reason}: GX {n}, Spark {by_reason[reason]}")
 
 
 def quarantine_rate(validation: dict[str, Any]) -> float:
