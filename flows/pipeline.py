@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import socket
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +22,7 @@ from tasks.evaluate import evaluate_task
 from tasks.features import features_task
 from tasks.increment import champion_weights, plan_increment
 from tasks.ingest import ingest_task
-from tasks.runner import store_root, value
+from tasks.runner import logger, store_root, value
 from tasks.runs import mark_crashed_run, publish_links, recover_crashed_runs, revive_run
 from tasks.simulate import simulate_task
 from tasks.tracking import (
@@ -51,6 +52,22 @@ def node_metrics_spec(cfg: FaultlineConfig, run_id: str) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def spark_stages(plan: tuple[str, ...]) -> Iterator[None]:
+    """Validation and ingest in one Spark application. Where the RAPIDS Accelerator ran in it, its JVM ends with it
+    (features and training come next, on the same GPU) and the GPU memory still in use is logged."""
+    if not {"validate", "ingest"} <= set(plan):
+        yield
+        return
+    with one_application("validate-ingest") as app:
+        yield
+    if app["jvm_ended"]:
+        logger().info(
+            "Spark's JVM (RAPIDS Accelerator) ended with its application: %s MiB of GPU memory in use after it",
+            app.get("gpu_memory_used_mib"),
+        )
+
+
 def run_stages(
     cfg: FaultlineConfig,
     rt: Runtime,
@@ -65,7 +82,7 @@ def run_stages(
 ) -> dict[str, StageResult]:
     stages: dict[str, StageResult] = {}
     inc = None
-    with one_application("validate-ingest") if {"validate", "ingest"} <= set(plan) else nullcontext():
+    with spark_stages(plan):
         if "validate" in plan:  # the raw exports parsed once, in one Spark application, for both stages
             raw = raw or value(simulate_task(cfg.workload, root)).path
             inc = plan_increment(cfg, rt, root, str(raw)) if incremental and not redo("validate") else None

@@ -112,7 +112,8 @@ def ingest_bench_task(cfg: FaultlineConfig, rt: Runtime) -> dict[str, Any]:
 
     move, say = progress_artifact("bench-ingest-progress", "ingest benchmark: Spark variants done"), logger().info
     b = cfg.bench
-    with tqdm(total=len(variants(cfg.ingest, b.gpu_tasks, b.spark_cores)), desc="bench ingest", unit="variant") as bar:
+    todo = variants(cfg.ingest, b.gpu_tasks, b.spark_cores, rt.hardware)
+    with tqdm(total=len(todo), desc="bench ingest", unit="variant") as bar:
 
         def progress(done: int, total: int, name: str, run: dict[str, Any]) -> None:
             say("ingest bench %d/%d %s: %.1f s (median of %d)", done, total, name, run["seconds"], run["runs"])

@@ -8,6 +8,7 @@ from prefect import task
 from tqdm import tqdm
 
 from tasks.core.config import FeaturesConfig
+from tasks.core.laps import Laps
 from tasks.core.runtime import Runtime, dask_cluster
 from tasks.core.stages.features import day_groups, features_stage
 from tasks.core.stages.increment import Increment
@@ -22,26 +23,30 @@ def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path, increment: 
     log = logger()
     from distributed import performance_report
 
-    with (
-        dask_cluster(rt.dask) as client,
-        tqdm(total=days, desc=f"features ({rt.backend})", unit="day") as bar,
-        # the cluster's dashboard dies with the stage: its task stream, worker profiles and bandwidth are kept
-        # as one self-contained HTML page (bokeh inlined: it renders with no network), logged to MLflow
-        performance_report(filename=str(tmp / PERFORMANCE_REPORT), mode="inline"),
-    ):
+    lap = Laps()  # the cluster's start and close measured apart from the days' work
+    with dask_cluster(rt.dask) as client:
+        lap("cluster_start")
+        with (
+            tqdm(total=days, desc=f"features ({rt.backend})", unit="day") as bar,
+            # the cluster's dashboard dies with the stage: its task stream, worker profiles and bandwidth are kept
+            # as one self-contained HTML page (bokeh inlined: it renders with no network), logged to MLflow
+            performance_report(filename=str(tmp / PERFORMANCE_REPORT), mode="inline"),
+        ):
 
-        def progress(done: int, total: int) -> None:
-            bar.total = total  # the days computed: fewer than the lake's where new days are added to an earlier run
-            bar.update(1)
-            if done == total or done % max(1, total // 10) == 0:
-                log.info("features: %d of %d days done", done, total)
+            def progress(done: int, total: int) -> None:
+                bar.total = total  # the days computed: fewer than the lake's where new days are added to an earlier run
+                bar.update(1)
+                if done == total or done % max(1, total // 10) == 0:
+                    log.info("features: %d of %d days done", done, total)
 
-        if increment is None:
-            return features_stage(client, Path(lake), cfg, rt.backend, tmp, progress)
-        body = features_stage(client, Path(lake), cfg, rt.backend, tmp, progress, increment)
+            body = features_stage(client, Path(lake), cfg, rt.backend, tmp, progress, increment)
+        lap("days")
+    lap("cluster_close")
+    if increment is not None:
         log.info("features: %d of %d days recomputed, the others linked from %s", body["days_recomputed"],
                  body["days"], increment.base_features)  # fmt: skip
-        return {**body, "increment": increment.describe()}
+        body = {**body, "increment": increment.describe()}
+    return {**body, "timings_s": lap.seconds}
 
 
 @task(name="features", **TASK_OPTIONS)

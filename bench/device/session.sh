@@ -70,7 +70,7 @@ manifests() {  # every stage manifest under $1 (and the ranks' logs) into manife
 }
 
 parts() {  # the newest train and evaluate manifests' parts, one line each, into the steps log
-  for s in validate train evaluate; do m=$(ls -t $1/$s/*/_manifest.json 2>/dev/null | head -1); [ -n "$m" ] || continue
+  for s in validate ingest features train evaluate; do m=$(ls -t $1/$s/*/_manifest.json 2>/dev/null | head -1); [ -n "$m" ] || continue
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=(d.get('launch') or {}).get('rank_timeline') or {}
 print('  $s', round(d['seconds'], 1), 's:', d.get('timings_s') or '', t.get('parts_s', ''), t.get('loop_s', ''), (d.get('data') or {}).get('tensor_build_s', ''))" $m >> $R/steps.log 2>&1
   done
@@ -97,7 +97,7 @@ chain() {
       tail -1 $R/gpu_tests.txt >> $R/steps.log ;;
     run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
       echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store run
-      parts /tmp/fl/root/store
+      parts /tmp/fl/root/store; grep -ho "Spark's JVM.*" $R/run.log | head -2 >> $R/steps.log
       stage_line $R/run.json ;;
     lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;
@@ -150,6 +150,7 @@ PY
     e2e) $FL bench e2e --profile gpu $(for o in ${E2E_SET:-}; do echo --set $o; done) --results $R --work /tmp/fl/bench \
         --json > $R/e2e.log 2>&1
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
+      python3 -c "import json; d=json.load(open('$R/e2e.json')); print('  e2e', d.get('e2e_ratio'), {p: {k: v.get('seconds') for k, v in d[p]['stages'].items()} for p in ('gpu_path', 'cpu_path')})" >> $R/steps.log 2>&1
       manifests /tmp/fl/root/store e2e ;;  # both paths' stage manifests, by fingerprint
     scale) $FL bench scale --profile gpu $(for o in ${SCALE_SET:-}; do echo --set $o; done) --results $R \
         --work /tmp/fl/bench --json > $R/scale.log 2>&1

@@ -71,10 +71,11 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "false",
-        KPI_PARSE_CONF: cfg.kpi_parse,  # read by tasks.core.stages.readers.read_kpi in every stage of the session
+        # read by tasks.core.stages.readers.read_kpi in every stage of the session
+        KPI_PARSE_CONF: kpi_parse(cfg, hw),
     }
     cores = master_cores(cfg.master, hw.cpu_count)
-    if cores and not cfg.rapids_jar:  # 4 input splits a core at least: 14 files of 73 MB made 5 splits on 2 cores,
+    if cores and not rapids_jar(cfg, hw):  # 4 input splits a core at least: 14 files of 73 MB made 5 splits on 2 cores,
         # one idle through the last wave (the plugin's runs keep Spark's split size, as checked on the GPU)
         conf["spark.sql.files.minPartitionNum"] = str(SPLITS_PER_CORE * cores)
     if cfg.master.startswith("local"):  # every server the project starts listens on loopback
@@ -84,7 +85,7 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         event_log_dir.mkdir(parents=True, exist_ok=True)
         conf["spark.eventLog.enabled"] = "true"
         conf["spark.eventLog.dir"] = event_log_dir.resolve().as_uri()
-    if cfg.rapids_jar:
+    if rapids_jar(cfg, hw):
         conf.update(_rapids_conf(cfg, hw))
     # ${env:NAME} placeholders read here, where Spark needs them: the config and its records hold no secret
     conf.update({k: resolve(v, f"ingest.extra_conf[{k!r}]") for k, v in cfg.extra_conf.items()})
@@ -101,8 +102,25 @@ def installed_rapids_jar() -> Path | None:
     return jars[-1] if jars else None
 
 
+def rapids_jar(cfg: IngestConfig, hw: Hardware) -> str | None:
+    """The RAPIDS Accelerator jar Spark runs with, or None for Spark on the CPU: ``ingest.rapids_jar`` as set, and
+    for ``auto`` the jar ``make setup`` installed where there is one and a GPU is visible."""
+    if cfg.rapids_jar != "auto":
+        return cfg.rapids_jar
+    jar = installed_rapids_jar() if hw.gpus else None
+    return str(jar) if jar else None
+
+
+def kpi_parse(cfg: IngestConfig, hw: Hardware) -> str:
+    """How the KPI exports are parsed: ``ingest.kpi_parse`` as set, and for ``auto`` the line parse where the RAPIDS
+    Accelerator reads them (the GPU keeps every line that way) and Spark's CSV parser on the CPU (the faster there)."""
+    if cfg.kpi_parse != "auto":
+        return cfg.kpi_parse
+    return "lines" if rapids_jar(cfg, hw) else "csv"
+
+
 def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
-    jar = installed_rapids_jar() if cfg.rapids_jar == "installed" else Path(cfg.rapids_jar or "")
+    jar = installed_rapids_jar() if cfg.rapids_jar == "installed" else Path(rapids_jar(cfg, hw) or "")
     if jar is None or not jar.is_file():
         raise RapidsJarMissing(
             f"ingest.rapids_jar is set to {cfg.rapids_jar!r} but no such file exists: run `make setup` on a GPU "
@@ -128,7 +146,7 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         # malformed line ("n/a#" in a number, a truncated export) came out as a parsed row with nulls: quarantined as
         # null_* without its text, and GX's counts differed from the CPU's (bench/device/same_lake.py finds such
         # differences). With kpi_parse=lines the GPU reads each line as one string, which no line can break
-        "spark.rapids.sql.format.csv.read.enabled": str(cfg.kpi_parse == "lines").lower(),
+        "spark.rapids.sql.format.csv.read.enabled": str(kpi_parse(cfg, hw) == "lines").lower(),
     }
     if cfg.rapids_shuffle_mode == "SPARK":  # on Spark 4 the plugin installs its shuffle manager unless told not to
         conf["spark.rapids.shuffle.enabled"] = "false"

@@ -114,8 +114,9 @@ class IngestConfig(_Section):
     )
     rapids_jar: str | None = Field(
         None,
-        description="the RAPIDS Accelerator jar: a path, or 'installed' for the one make setup put in the venv "
-        "(GPU targets); None: Spark on the CPU",
+        description="the RAPIDS Accelerator jar: a path; 'installed' for the one make setup put in the venv "
+        "(GPU targets); 'auto' for that one where it is installed and a GPU is visible, else none; None: Spark on "
+        "the CPU",
     )
     rapids_mode: Literal["executeOnGPU", "explainOnly"] = Field(
         "executeOnGPU",
@@ -128,11 +129,12 @@ class IngestConfig(_Section):
         "sort shuffle (spark.rapids.shuffle.enabled=false), for comparison",
     )
     concurrent_gpu_tasks: int = Field(2, ge=1)
-    kpi_parse: Literal["csv", "lines"] = Field(
+    kpi_parse: Literal["csv", "lines", "auto"] = Field(
         "csv",
         description="how validation and ingest parse the KPI exports: csv, Spark's CSV parser; lines, each line read "
         "as one string and split and cast by the rules written out in tasks/core/stages/readers.py (a malformed line "
-        "is kept, its text and reason with it, also where the RAPIDS Accelerator reads the file on the GPU)",
+        "is kept, its text and reason with it, also where the RAPIDS Accelerator reads the file on the GPU); auto: "
+        "lines where the RAPIDS Accelerator runs, csv on the CPU (the faster there)",
     )
     extra_conf: dict[str, str] = Field(default_factory=dict)
 

@@ -33,18 +33,20 @@ _SCOPE: dict[str, Any] | None = None  # one_application's: its name, its session
 
 
 @contextmanager
-def one_application(name: str) -> Iterator[None]:
+def one_application(name: str) -> Iterator[dict[str, Any]]:
     """Within: the Spark stages share one application, ``faultline-<name>`` (one JVM, one start, code the JIT has
     already compiled), and a later stage can take the raw frames an earlier one parsed (:func:`share_frames`,
     :func:`take_frames`), so validation and ingest read and parse the exports once. On exit the frames left are
-    unpersisted and the application stopped. Nested, the outer scope holds."""
+    unpersisted and the application stopped; the scope's dict then says whether its JVM was ended too
+    (``jvm_ended``: the RAPIDS Accelerator ran) and the GPU memory in use after (``gpu_memory_used_mib``). Nested,
+    the outer scope holds."""
     global _SCOPE
     if _SCOPE is not None:
-        yield
+        yield _SCOPE
         return
-    _SCOPE = scope = {"name": name, "spark": None, "frames": {}}
+    _SCOPE = scope = {"name": name, "spark": None, "frames": {}, "jvm_ended": False}
     try:
-        yield
+        yield scope
     finally:
         _SCOPE = None
         try:
@@ -52,7 +54,67 @@ def one_application(name: str) -> Iterator[None]:
                 unpersist(frames)
         finally:  # a JVM that died mid-stage fails the unpersist: the session is stopped all the same
             if scope["spark"] is not None:
-                scope["spark"].stop()
+                scope["jvm_ended"] = stop(scope["spark"])
+                scope["spark"] = None
+                if scope["jvm_ended"]:
+                    scope["gpu_memory_used_mib"] = gpu_memory_used_mib()
+
+
+def stop(spark) -> bool:
+    """Stop the application; where the RAPIDS Accelerator ran in it, end its JVM too, so that the plugin's GPU
+    memory (its pool and the JVM's CUDA context) goes back before the stages after Spark (features, training) ask
+    for theirs; a later Spark stage in this process starts a new JVM. True where the JVM was ended."""
+    try:
+        plugin = PLUGIN in (spark.sparkContext.getConf().get("spark.plugins") or "")
+    except Exception:  # a JVM already gone: nothing of it to end
+        plugin = False
+    spark.stop()
+    return plugin and end_jvm()
+
+
+def end_jvm(timeout_s: float = 60.0) -> bool:
+    """End this process's Spark JVM (PySpark's gateway): the JVM leaves when its stdin closes. False where none
+    runs."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return False
+    proc = getattr(gateway, "proc", None)  # None where PySpark was handed a running JVM
+    try:
+        gateway.shutdown()
+    finally:
+        SparkContext._gateway = SparkContext._jvm = None
+    if proc is None:
+        return False
+    proc.stdin.close()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return True
+
+
+def gpu_memory_used_mib() -> int | None:
+    """GPU memory in use on the visible GPUs (MiB, NVML's figure), or None without NVML or a GPU."""
+    from tasks.core.energy import _nvml
+
+    nvml, _ = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return (
+            sum(
+                nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used
+                for i in range(nvml.nvmlDeviceGetCount())
+            )
+            // 2**20
+        )
+    finally:
+        nvml.nvmlShutdown()
 
 
 def _alive(spark) -> bool:
@@ -80,7 +142,7 @@ def stage_spark(conf: dict[str, str], stage: str) -> Iterator[Any]:
         yield spark
     finally:
         if owned:
-            spark.stop()
+            stop(spark)
 
 
 def unpersist(frames: dict[str, Any]) -> None:

@@ -28,6 +28,9 @@ class FakeSession:
     def stop(self) -> None:
         self._jsc = None
 
+    def getConf(self):  # noqa: N802 (pyspark's name)
+        return self.conf
+
 
 @pytest.fixture()
 def sessions(monkeypatch) -> list[FakeSession]:
@@ -90,3 +93,19 @@ def test_a_dead_jvm_failing_the_unpersist_still_stops_the_session(sessions):
             with sparkops.stage_spark({}, "validate"):
                 sparkops.share_frames("files-a", {"kpi": DeadFrame()})
     assert sessions[0]._jsc is None and sparkops._SCOPE is None
+
+
+def test_the_plugins_jvm_ends_with_its_application_and_a_cpu_jvm_stays(sessions, monkeypatch):
+    """The RAPIDS Accelerator holds GPU memory in the JVM until the JVM ends: features and training come next."""
+    ended: list[int] = []
+    monkeypatch.setattr(sparkops, "end_jvm", lambda: ended.append(1) or True)
+    monkeypatch.setattr(sparkops, "gpu_memory_used_mib", lambda: 512)
+    with sparkops.one_application("validate-ingest") as app:
+        with sparkops.stage_spark({"spark.plugins": sparkops.PLUGIN}, "validate"):
+            pass
+        assert not ended  # the application outlives its first stage
+    assert sessions[0]._jsc is None and ended == [1]
+    assert app["jvm_ended"] is True and app["gpu_memory_used_mib"] == 512 and app["spark"] is None
+    with sparkops.stage_spark({"spark.plugins": ""}, "validate"):
+        pass
+    assert sessions[1]._jsc is None and ended == [1]  # Spark on the CPU: the JVM stays for the next stage

@@ -148,3 +148,26 @@ def test_a_jvm_that_dies_while_starting_is_started_once_more(monkeypatch, capsys
     with pytest.raises(RuntimeError, match="died while starting, 2 times"):
         get_or_create(twice)
     assert twice.calls == 2
+
+
+def test_the_gpu_profiles_use_the_installed_plugin_where_a_gpu_is_visible(tmp_path, monkeypatch):
+    """``auto``: the jar make setup installed, on a host with a GPU, and then the line parse the plugin keeps every
+    line with; CPU Spark and its own CSV parser on a host without a GPU or without the jar."""
+    from tasks.core import runtime
+    from tasks.core.schema import KPI_PARSE_CONF
+
+    monkeypatch.setattr(runtime.sys, "prefix", str(tmp_path))
+    for profile in ("gpu", "dgx"):
+        cfg = load_config(profile).ingest
+        assert (cfg.rapids_jar, cfg.kpi_parse) == ("auto", "auto")
+        for hw in (CPU, H200):  # no jar installed yet
+            conf = spark_conf(cfg, hw, None)
+            assert "spark.plugins" not in conf and conf[KPI_PARSE_CONF] == "csv"
+        (tmp_path / "jars").mkdir(exist_ok=True)
+        jar = tmp_path / "jars" / "rapids-4-spark_2.13-26.08.1-cuda13.jar"
+        jar.write_bytes(b"PK")
+        conf = spark_conf(cfg, H200, None)
+        assert conf["spark.jars"] == str(jar) and conf[KPI_PARSE_CONF] == "lines"
+        assert conf["spark.rapids.sql.format.csv.read.enabled"] == "true"
+        assert "spark.plugins" not in spark_conf(cfg, CPU, None)  # a jar but no GPU
+        jar.unlink()

@@ -45,6 +45,7 @@ def cpu_overrides(
     ranks = ranks or cfg.train.num_proc
     return [
         "ingest.rapids_jar=null",
+        "ingest.kpi_parse=csv",  # Spark's CSV parser: the faster on the CPU
         "evaluate.tree_device=cpu",
         "features.backend=pandas",
         "features.cluster=local",

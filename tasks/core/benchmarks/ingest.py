@@ -18,7 +18,7 @@ from typing import Any
 
 from tasks.core.benchmarks.measure import ratio, spread
 from tasks.core.config import BenchConfig, IngestConfig
-from tasks.core.runtime import Runtime, master_cores, spark_conf, spark_session
+from tasks.core.runtime import Hardware, Runtime, master_cores, rapids_jar, spark_conf, spark_session
 from tasks.core.schema import STEPS_PER_DAY
 from tasks.core.stages.ingest import run_ingest
 from tasks.core.stages.raw import discover
@@ -68,14 +68,18 @@ Variant = tuple[str, dict[str, Any]]  # (name, IngestConfig updates)
 Progress = Callable[[int, int, str, dict[str, Any]], None] | None  # (variants done, of, the last one's name, its run)
 
 
-def variants(cfg: IngestConfig, gpu_tasks: list[int], spark_cores: list[int] = ()) -> list[Variant]:
-    """CPU Spark always; with the plugin configured, the concurrentGpuTasks sweep and Spark's own shuffle; then
-    CPU Spark on ``local[N]`` for each of ``spark_cores`` (last: a run cut short loses these first)."""
-    out: list[Variant] = [("cpu-spark", {"rapids_jar": None})]
-    if cfg.rapids_jar:
+def variants(
+    cfg: IngestConfig, gpu_tasks: list[int], spark_cores: list[int] = (), hw: Hardware | None = None
+) -> list[Variant]:
+    """CPU Spark always; with the plugin configured (``auto``: where ``hw`` has a GPU and the jar is installed), the
+    concurrentGpuTasks sweep and Spark's own shuffle; then CPU Spark on ``local[N]`` for each of ``spark_cores``
+    (last: a run cut short loses these first)."""
+    cpu = {"rapids_jar": None, "kpi_parse": "csv"}  # CPU Spark with its own parser, the faster there
+    out: list[Variant] = [("cpu-spark", cpu)]
+    if rapids_jar(cfg, hw or Hardware(cpu_count=1, memory_gb=1.0)):
         out += [(f"rapids-tasks{n}", {"concurrent_gpu_tasks": n}) for n in gpu_tasks]
         out.append((f"rapids-tasks{cfg.concurrent_gpu_tasks}-spark-shuffle", {"rapids_shuffle_mode": "SPARK"}))
-    out += [(f"cpu-spark-cores{n}", {"rapids_jar": None, "master": f"local[{n}]"}) for n in spark_cores]
+    out += [(f"cpu-spark-cores{n}", {**cpu, "master": f"local[{n}]"}) for n in spark_cores]
     return out
 
 
@@ -196,7 +200,7 @@ def _spark_variants(
     ``progress(done, total, name, run)`` told."""
     (work / PARTIAL).unlink(missing_ok=True)  # an earlier invocation's: never read as this one's
     spark_runs: dict[str, dict[str, Any]] = {}
-    todo = variants(cfg, bench.gpu_tasks, bench.spark_cores)
+    todo = variants(cfg, bench.gpu_tasks, bench.spark_cores, rt.hardware)
     for i, (name, updates) in enumerate(todo):
         vcfg = cfg.model_copy(update=updates)
         conf = {**spark_conf(vcfg, rt.hardware, work / "spark-events"), "spark.app.name": f"faultline-bench-{name}"}

@@ -20,7 +20,8 @@ def engines(config: dict[str, Any], manifests: dict[str, Any]) -> dict[str, str]
     ing = config.get("ingest") or {}
     feats = config.get("features") or {}
     train = config.get("train") or {}
-    spark = "Spark + RAPIDS" if ing.get("rapids_jar") else "Spark"
+    ran = [(manifests.get(s) or {}).get("rapids") for s in ("validate", "ingest")]  # the plugin's report: it ran
+    spark = "Spark + RAPIDS" if any(ran) else "Spark"
     backend = (manifests.get("features") or {}).get("backend") or feats.get("backend", "pandas")
     device = (manifests.get("train") or {}).get("device") or train.get("device", "cpu")
     return {

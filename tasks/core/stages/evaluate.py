@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +132,11 @@ def evaluate(
     step, horizon, train, val = _fit_windows(d, t_idx, usable, horizon_minutes)
     lap("read_rows")
     y = df["label"].to_numpy()
+    ts = np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive snapshots
+    # on the GPU the graph model scores while the tree fits (tree_fit's lap; model_scores' is what is left of it)
+    graph = beside(device == "cuda", model_scores, model_path, data_path, ts, device)
     tree = fit_tree(x[_on(x, train)], y[train], x[_on(x, val)], y[val], seed, cfg.tree_device)
     lap("tree_fit")
-    ts = np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive snapshots
     span = t_idx >= ts[0]
     rows = df[span].reset_index(drop=True)
     scores = {"tree": tree.predict_proba(x[_on(x, span)])[:, 1]}
@@ -141,7 +145,7 @@ def evaluate(
     hidden = read_hidden(raw) if raw and cfg.oracles else None
     oracles = oracle_scores(hidden, topo, df, (train, val, span), seed, cfg.tree_device) if hidden else {}
     _ = oracles and lap("oracles")
-    grid = model_scores(model_path, data_path, ts, device)
+    grid = graph()
     scores = {"model": grid[t_idx[span] - ts[0], e_idx[span]], **scores, "rule": rule_scores(rows)}
     val_rows = (t_idx[span] < test_t[0] - horizon) & usable[span]  # validation, its last horizon purged
     xp = metrics_module(device)
@@ -165,6 +169,17 @@ def evaluate(
         "test_rows": int(test.sum()),
         "test_window": [str(pd.Timestamp(int(times[i]), unit="us")) for i in (test_t[0], test_t[-1])],
     }
+
+
+def beside(now: bool, fn, *args) -> Callable[[], Any]:
+    """``fn(*args)`` started in a thread now (``now``), or run where its result is asked for; the result (or the
+    exception) by calling what this returns."""
+    if not now:
+        return lambda: fn(*args)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")
+    future = pool.submit(fn, *args)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 def _fit_windows(d, t_idx: np.ndarray, usable: np.ndarray, horizon_minutes: float):

@@ -9,6 +9,7 @@ Every distributed line is marked ``[dist]``; the model (``model.py``) knows noth
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import math
 import os
@@ -51,8 +52,8 @@ def watch_owner(pid: int | None, every: float = 1.0) -> None:
                 os.kill(pid, 0)
             except ProcessLookupError:
                 os._exit(137)
-            except PermissionError:
-                pass
+            except PermissionError:  # alive, another user's
+                continue
 
     threading.Thread(target=run, daemon=True, name="owner-watch").start()
 
@@ -246,10 +247,8 @@ def heartbeat(path: Path, epochs: int, rank: int):
 
     def beat(epoch: int, step: int, steps: int) -> None:
         if rank == 0 and (time.time() - last[0] > 1.0 or step == steps - 1):
-            write_json_atomic(
-                path, {"epoch": epoch, "step": step + 1, "steps": steps, "epochs": epochs, "time": time.time()}
-            )
-            last[0] = time.time()
+            now = last[0] = time.time()
+            write_json_atomic(path, {"epoch": epoch, "step": step + 1, "steps": steps, "epochs": epochs, "time": now})
 
     return beat
 
@@ -269,10 +268,9 @@ def setup(spec: TrainingSpec, timeline: Timeline) -> RunState:
     hazard = int(cfg.hazard_steps)
     if hazard and data.ttf is None:
         raise ValueError(f"{spec.data}: train.hazard_steps={hazard} needs the steps to onset (ttf), not in it")
-    model = FaultGNN(
-        data.x.shape[2], cfg.hidden, cfg.layers, cfg.dropout, cfg.temporal_graph,
-        hazard, data.label_steps,
-    ).to(device)  # fmt: skip
+    args = (cfg.hidden, cfg.layers, cfg.dropout, cfg.temporal_graph, hazard, data.label_steps)
+    model = FaultGNN(data.x.shape[2], *args).to(device)
+    timeline.mark("model")
     if cfg.init_weights and comm.rank == 0:  # a warm start; [dist] rank 0's weights reach the others in resume()
         from tasks.core.training.model import warm_start
 
@@ -338,8 +336,10 @@ def main(spec_path: str) -> int:
     timeline = Timeline(IMPORTED)
     spec = TrainingSpec.read(spec_path)
     watch_owner(spec.owner_pid)
+    preload = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True)
+    preload.start()  # what torch.optim's first optimizer imports (~900 modules), beside the tensors' build
     run = setup(spec, timeline)
-    timeline.mark("model")
+    timeline.mark("optimizer")
     comm, out_dir = run.comm, Path(spec.out)
     monitor = node_monitor(spec, comm.local_rank)
     try:

@@ -55,6 +55,7 @@ def test_cpu_path_leaves_the_gpu_out_of_every_stage(monkeypatch):
     over = cpu_overrides(cfg, Hardware(cpu_count=16, memory_gb=64.0))
     cpu = load_config("gpu", ["ingest.rapids_jar=installed", *over])
     assert cpu.ingest.rapids_jar is None and cpu.evaluate.tree_device == "cpu" and cpu.train.device == "cpu"
+    assert cpu.ingest.kpi_parse == "csv" and load_config("gpu", over).ingest.rapids_jar is None
     assert cpu.features.backend == "pandas" and cpu.features.n_workers == 16
     monkeypatch.setattr(baselines, "tree_device", lambda requested="auto": "cpu")
     assert cpu_until(cfg) == "train"

@@ -20,14 +20,15 @@ def test_variants_follow_the_plugin_setting():
     gpu = cfg.model_copy(update={"rapids_jar": "installed", "concurrent_gpu_tasks": 2})
     got = dict(variants(gpu, [1, 4]))
     assert list(got) == ["cpu-spark", "rapids-tasks1", "rapids-tasks4", "rapids-tasks2-spark-shuffle"]
-    assert got["cpu-spark"] == {"rapids_jar": None} and got["rapids-tasks4"] == {"concurrent_gpu_tasks": 4}
+    assert got["cpu-spark"] == {"rapids_jar": None, "kpi_parse": "csv"}
+    assert got["rapids-tasks4"] == {"concurrent_gpu_tasks": 4}
 
 
 def test_core_counts_run_last_on_local_masters_and_scale_against_the_fewest():
     cfg = load_config("local").ingest.model_copy(update={"rapids_jar": "installed", "concurrent_gpu_tasks": 2})
     got = variants(cfg, [2], [4, 16])
     assert [n for n, _ in got][-2:] == ["cpu-spark-cores4", "cpu-spark-cores16"]
-    assert dict(got)["cpu-spark-cores16"] == {"rapids_jar": None, "master": "local[16]"}
+    assert dict(got)["cpu-spark-cores16"] == {"rapids_jar": None, "kpi_parse": "csv", "master": "local[16]"}
     assert [master_cores(m, 16) for m in ("local[*]", "local[4]", "local", "local[2,3]", "spark://h:7077")] == [
         16,
         4,

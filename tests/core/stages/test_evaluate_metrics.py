@@ -214,3 +214,23 @@ def test_curves_are_thinned_for_plots_with_both_ends_kept():
     idx = thin(3_700_000)
     assert len(idx) == 2000 and idx[0] == 0 and idx[-1] == 3_699_999 and (np.diff(idx) > 0).all()
     assert thin(5).tolist() == [0, 1, 2, 3, 4] and len(thin(0)) == 0
+
+
+def test_beside_runs_now_in_a_thread_or_later_where_asked():
+    """On the GPU the graph model scores in a thread while the tree fits; on the CPU where its result is asked for
+    (both would share the cores). Either way the caller gets the result, or the exception."""
+    import threading
+
+    from tasks.core.stages.evaluate import beside
+
+    ran: list[str] = []
+    got = beside(True, lambda a: ran.append(threading.current_thread().name) or a * 2, 21)
+    assert got() == 42 and ran[0].startswith("evaluate")
+    later = beside(False, lambda: ran.append(threading.current_thread().name) or "later")
+    assert len(ran) == 1 and later() == "later" and ran[1] == threading.current_thread().name
+
+    def fails():
+        raise ValueError("scoring failed")
+
+    with pytest.raises(ValueError, match="scoring failed"):
+        beside(True, fails)()

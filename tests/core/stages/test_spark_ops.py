@@ -58,9 +58,19 @@ SCRIPT = textwrap.dedent(
     rt = resolve_runtime(cfg, root)
     out = root / "lake"
     out.mkdir(parents=True)
-    got = spark_stage(rt, "ingest", out, lambda spark: run_ingest(spark, discover(raw), out, cfg.ingest))
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
-    print(json.dumps({**got, "active_after": SparkSession.getActiveSession() is not None}))
+    jvm = []
+
+    def body(spark):
+        jvm.append(SparkContext._gateway.proc)
+        return run_ingest(spark, discover(raw), out, cfg.ingest)
+
+    got = spark_stage(rt, "ingest", out, body)
+    ended = jvm[0].poll()  # the plugin's JVM ended with its application: its GPU memory handed back
+    active = SparkSession.getActiveSession() is not None
+    again = SparkSession.builder.master("local[1]").getOrCreate()  # a later Spark stage starts a new JVM
+    print(json.dumps({**got, "active_after": active, "jvm_exit": ended, "again": again.range(3).count()}))
     """
 )
 
@@ -75,6 +85,7 @@ def test_ingest_is_its_own_described_application_with_the_plugins_report(tiny_ra
     assert p.returncode == 0, p.stderr[-4000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["active_after"] is False  # the stage stopped its session
+    assert got["jvm_exit"] == 0 and got["again"] == 3  # and, the plugin being on, ended its JVM
     assert got["rows_in"] == got["rows_out"] + got["rows_quarantined"] and got["rows_quarantined"] > 0
 
     report = got["rapids"]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -69,8 +70,22 @@ def test_horovod_and_ddp_agree(data, tiny_features, tmp_path):
         assert t["loop_s"]["epochs"] + t["loop_s"]["validate"] <= t["parts_s"]["loop"] + 0.01
 
 
-TIMELINE_PARTS = ("imports", "comm_init", "device_context", "tensors", "model", "resume_and_first_collective", "loop",
-                  "save")  # fmt: skip
+def test_one_rank_trains_with_horovod_started_directly(data, tmp_path):
+    """One rank on this host starts without horovodrun: Horovod is a world of one, and the rank trains, checkpoints
+    and leaves its timeline as under the launcher."""
+    work = tmp_path / "one"
+    work.mkdir()
+    cfg = load_config("local", [*SETTINGS, "train.num_proc=1"])
+    launched = launch_training(_spec(cfg, data, work, "horovod"), cfg.train, work, {})
+    assert launched["command"][1:3] == ["-m", "tasks.core.training.worker"]  # no launcher in front
+    one = json.loads((work / "history.json").read_text())
+    assert [h["epoch"] for h in one] == [0, 1, 2, 3] and one[-1]["train_loss"] < one[0]["train_loss"]
+    assert set(launched["rank_timeline"]["parts_s"]) == {"launcher", *TIMELINE_PARTS, "shutdown"}
+    assert (work / "ckpt" / "epoch_0003.done").exists()
+
+
+TIMELINE_PARTS = ("imports", "comm_init", "device_context", "tensors", "model", "optimizer",
+                  "resume_and_first_collective", "loop", "save")  # fmt: skip
 
 
 def test_resume_after_sigkill_matches_uninterrupted(data, tmp_path):
@@ -180,6 +195,15 @@ def test_a_killed_driver_leaves_no_rank_behind(data, tmp_path):
     while _procs(work) and time.time() < deadline:
         time.sleep(0.1)
     assert _procs(work) == [], f"orphans left: {[(p.pid, p.cmdline()[:4]) for p in _procs(work)]}"
+
+
+def test_one_horovod_rank_on_this_host_starts_without_the_launcher():
+    one = launch_command(load_config("local", ["train.num_proc=1"]).train, REPO / "spec.json")
+    assert one[1:] == ["-m", "tasks.core.training.worker", str(REPO / "spec.json")]
+    two = launch_command(load_config("local", ["train.num_proc=2"]).train, REPO / "spec.json")
+    assert Path(two[0]).name == "horovodrun" and two[two.index("-np") + 1] == "2"
+    there = launch_command(load_config("local", ["train.num_proc=1", "train.hosts=[dgx-01:1]"]).train, REPO / "s")
+    assert Path(there[0]).name == "horovodrun"  # another host: the launcher reaches it
 
 
 def test_multi_host_launch_names_every_host():
