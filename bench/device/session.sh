@@ -12,10 +12,11 @@
 #             profile's raw exports are simulated (backbone/world, DAYS days, default 14: 15.4 M KPI rows)
 #   doctor    faultline doctor
 #   lake      faultline run --profile gpu --until ingest: validate and ingest only (a lake for util and eval)
-#   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path
-#   rapids    validate and ingest again on the same exports with Spark's RAPIDS Accelerator (the jar make setup
-#             installed; concurrentGpuTasks in RAPIDS_TASKS, default 2), each in its own store, then
-#             bench/device/same_lake.py: lake, quarantine and GX results vs the lake step's CPU run, stage times;
+#   run       faultline run --profile gpu: the whole pipeline from those exports on the GPU path (RUN_SET: --set
+#             overrides)
+#   rapids    validate and ingest again on the same exports with CPU Spark, then with Spark's RAPIDS Accelerator (the
+#             jar make setup installed; concurrentGpuTasks in RAPIDS_TASKS, default 2), each in its own store, then
+#             bench/device/same_lake.py: lake, quarantine and GX results of the plugin's run vs the CPU's, stage times;
 #             RAPIDS_SET adds --set overrides to the plugin's runs here and in ingest
 #   ingest    faultline bench ingest --profile gpu with the plugin: CPU Spark on all cores, the concurrentGpuTasks
 #             sweep (GPU_TASKS, default 1 2 4), Spark's own shuffle, pyarrow; the variants finished so far come back
@@ -34,8 +35,8 @@
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
 #   scale     faultline bench scale --profile gpu: the GPU path at 1x, 4x and 8x the profile's days (bench.full.
 #             scale_factors; SCALE_SET adds --set overrides), each from raw in a fresh store: e2e_scale.json
-#   scaling   faultline bench scaling --profile gpu --size SCALING_SIZE (default small): this host's own strong and
-#             weak scaling, which the checklist judges the run against
+#   scaling   faultline bench scaling --profile gpu --size SCALING_SIZE (default small; SCALING_SET: --set overrides):
+#             this host's own strong and weak scaling, which the checklist judges the run against
 #   check     faultline check on the newest GPU run (run's or e2e's), against this host's scaling report where the
 #             scaling step made one
 #   report    faultline report (HTML only) on the newest GPU run (run's or e2e's), after check where it ran
@@ -95,7 +96,8 @@ chain() {
     doctor) $FL doctor --json > $R/doctor.txt 2>&1; grep -E "^  (FAIL|WARN)" $R/doctor.txt >> $R/steps.log ;;
     tests) REQUIRE_GPU=1 .venv/bin/python -m pytest -q -p no:cacheprovider ${TESTS:-tests/gpu_kernels} > $R/gpu_tests.txt 2>&1
       tail -1 $R/gpu_tests.txt >> $R/steps.log ;;
-    run) $FL run --profile gpu --topology backbone/world --days 14 --json > $R/run.json 2> $R/run.log
+    run) $FL run --profile gpu --topology backbone/world --days 14 $(for o in ${RUN_SET:-}; do echo --set $o; done) \
+        --json > $R/run.json 2> $R/run.log
       echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store run
       parts /tmp/fl/root/store; grep -ho "Spark's JVM.*" $R/run.log | head -2 >> $R/steps.log
       stage_line $R/run.json ;;
@@ -104,11 +106,15 @@ chain() {
     rapids) # this chain's raw stage, the newest: an earlier chain's (another tree, another fingerprint) may linger on a
       # warm machine, and its URIs differ
       RAW=$(ls -td /tmp/fl/root/store/raw/*/ | head -1)
+      # the CPU baseline: the same exports through CPU Spark and its CSV parser, in a store of its own
+      FAULTLINE_ROOT=/tmp/fl/cpu $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --raw "$RAW" --until ingest \
+        --set ingest.rapids_jar=null --set ingest.kpi_parse=csv --json > $R/cpu_spark.json 2> $R/cpu_spark.log
+      echo "cpu spark rc=$?" >> $R/steps.log
       for g in ${RAPIDS_TASKS:-2}; do
         FAULTLINE_ROOT=/tmp/fl/rapids$g $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --raw "$RAW" --until ingest --set ingest.rapids_jar=installed \
           --set ingest.concurrent_gpu_tasks=$g $(for o in ${RAPIDS_SET:-}; do echo --set $o; done) --json > $R/rapids_$g.json 2> $R/rapids_$g.log
         echo "rapids tasks=$g rc=$?" >> $R/steps.log
-        .venv/bin/python bench/device/same_lake.py /tmp/fl/root/store /tmp/fl/rapids$g/store $R/same_lake_$g.json >> $R/steps.log 2>&1
+        .venv/bin/python bench/device/same_lake.py /tmp/fl/cpu/store /tmp/fl/rapids$g/store $R/same_lake_$g.json >> $R/steps.log 2>&1
         cp /tmp/fl/rapids$g/store/ingest/*/rapids_explain.log $R/rapids_explain_ingest_$g.log 2>/dev/null
         echo "  pinned pool exceeded: $(grep -c 'maximum pool size exceeded' $R/rapids_$g.log) lines" >> $R/steps.log
       done ;;
@@ -184,7 +190,8 @@ PY
         --refresh evaluate --json > $R/run_warm.json 2> $R/run_warm.log
       echo "warm rc=$?" >> $R/steps.log; manifests /tmp/fl/root/store warm; parts /tmp/fl/root/store
       stage_line $R/run_warm.json ;;
-    scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} --results $R --work /tmp/fl/bench \
+    scaling) $FL bench scaling --profile gpu --size ${SCALING_SIZE:-small} $(for o in ${SCALING_SET:-}; do echo --set $o; done) \
+        --results $R --work /tmp/fl/bench \
         --json > $R/scaling.log 2>&1
       echo "scaling rc=$?" >> $R/steps.log ;;
     check) BR=$PWD/bench/results; [ -f $R/scaling.json ] && BR=$R

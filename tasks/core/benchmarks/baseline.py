@@ -108,7 +108,7 @@ def hardware_key(hw: dict[str, Any]) -> str:
 
 
 def bench_baseline(cfg: IngestConfig, rt: Runtime, rows: int, previous: Path | None = None) -> dict[str, Any]:
-    from tasks.core.runtime import spark_session
+    from tasks.core.sparkops import stage_spark
 
     hw = rt.hardware.as_dict()
     result: dict[str, Any] = {
@@ -122,8 +122,8 @@ def bench_baseline(cfg: IngestConfig, rt: Runtime, rows: int, previous: Path | N
 
     sp: dict[str, float] = {}
     if java_version().get("found"):
-        spark = spark_session(rt.spark_conf)
-        sp = spark_micro(spark, rows)
+        with stage_spark(rt.spark_conf, "bench-baseline") as spark:  # stopped before the GPU probe
+            sp = spark_micro(spark, rows)
         pd_ = pandas_micro(rows)
         result["spark_seconds"] = {k: round(v, 4) for k, v in sp.items()}
         result["pandas_seconds"] = {k: round(v, 4) for k, v in pd_.items()}

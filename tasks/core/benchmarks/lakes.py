@@ -16,8 +16,9 @@ import pandas as pd
 
 from tasks.core.config import FeaturesConfig, IngestConfig
 from tasks.core.probes import java_version
-from tasks.core.runtime import Hardware, dask_cluster, dask_spec, spark_conf, spark_session
+from tasks.core.runtime import Hardware, dask_cluster, dask_spec, spark_conf
 from tasks.core.schema import KPI_VALUES, STEP_MINUTES, STEPS_PER_DAY
+from tasks.core.sparkops import stage_spark
 from tasks.core.stages.features import build_features
 from tasks.core.stages.ingest import run_ingest
 from tasks.core.stages.raw import discover
@@ -125,11 +126,12 @@ def ensure_lake(work: Path, topology: str, days: int, ingest: IngestConfig, hw: 
     raw = work / f"raw-{topology.replace('/', '_')}-{days}d"
     shutil.rmtree(raw, ignore_errors=True)
     simulate(topology, days, seed, raw, dirt=0.0)
-    spark = spark_session(spark_conf(ingest, hw, None))
     tmp = lake.with_name(lake.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    run_ingest(spark, discover(raw), tmp, ingest)
+    # stopped after (with the RAPIDS Accelerator, its JVM ended): the GPU is the features' and training's next
+    with stage_spark(spark_conf(ingest, hw, None), "bench-lake") as spark:
+        run_ingest(spark, discover(raw), tmp, ingest)
     tmp.rename(lake)
     return lake
 

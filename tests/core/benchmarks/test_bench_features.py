@@ -57,3 +57,35 @@ def test_repeated_takes_the_median_and_stops_when_dear():
     r = repeated(lambda: dict(zip(("wall_s", "rate"), next(rates))), key="wall_s", also=("rate",))
     assert (r["rate_median"], r["rate_min"], r["rate_max"]) == (480.0, 450.0, 500.0) and r["median_s"] == 11.0
     assert ratio(10.0, 4.0) == 2.5 and ratio(None, 4.0) is None
+
+
+def test_the_benchmark_lake_stops_its_spark_before_the_gpu_work(tmp_path, monkeypatch):
+    """With the RAPIDS Accelerator on, a Spark application left running holds the GPU's memory: the Dask-CUDA
+    workers timed next could not allocate their pool (seen on an H200 host). The lake's ingest stops it."""
+    from contextlib import contextmanager
+
+    from tasks.core.benchmarks import lakes
+    from tasks.core.config import load_config
+    from tasks.core.runtime import Hardware
+
+    events: list[str] = []
+
+    @contextmanager
+    def spark(conf, stage):
+        events.append(f"start {stage}")
+        yield object()
+        events.append("stop")
+
+    monkeypatch.setattr(lakes, "stage_spark", spark)
+    monkeypatch.setattr(lakes, "java_version", lambda: {"found": True})
+    monkeypatch.setattr(lakes, "simulate", lambda *a, **k: None)
+    monkeypatch.setattr(lakes, "discover", lambda raw: raw)
+    monkeypatch.setattr(
+        lakes,
+        "run_ingest",
+        lambda s, raw, out, cfg: events.append("ingest") or (out / "topology.json").write_text("{}"),
+    )
+    lake = lakes.ensure_lake(
+        tmp_path, "topozoo/Abilene", 1, load_config("gpu").ingest, Hardware(cpu_count=2, memory_gb=8.0)
+    )
+    assert events == ["start bench-lake", "ingest", "stop"] and (lake / "topology.json").is_file()
