@@ -18,6 +18,8 @@ from tasks.core.secrets import refuse_literal_secrets
 from tasks.core.sparkops import one_application
 from tasks.core.stages.features import lake_fingerprint
 from tasks.core.store import StageResult
+from tasks.core.training.launch import unlaunched
+from tasks.core.training.prewarm import prewarmed
 from tasks.evaluate import evaluate_task
 from tasks.features import features_task
 from tasks.increment import champion_weights, plan_increment
@@ -97,23 +99,19 @@ def run_stages(
         lake, lake_fp = str(stages["ingest"].path), stages["ingest"].fingerprint
     elif "features" in plan:
         lake_fp = lake_fingerprint(Path(lake))
-    if "features" in plan:
-        redone = None if redo("features") else inc
-        stages["features"] = value(features_task(lake, lake_fp, cfg.features, rt, root, redo("features"), redone))
-    if "train" in plan:
-        with champion_weights(cfg, network, root) if inc and not redo("train") else nullcontext() as warm:
-            stages["train"] = value(
-                train_task(
-                    stages["features"],
-                    cfg.train,
-                    cfg.evaluate.test_fraction,
-                    rt,
-                    root,
-                    redo("train"),
-                    node_metrics,
-                    warm,
-                )
-            )
+    ahead = {"features", "train"} <= set(plan) and cfg.train.prewarm and unlaunched(cfg.train)
+    with prewarmed(rt.threads_per_rank, ahead):  # the rank's imports done while the features are computed
+        if "features" in plan:
+            redone = None if redo("features") else inc
+            stages["features"] = value(features_task(lake, lake_fp, cfg.features, rt, root, redo("features"), redone))
+        if "train" in plan:
+            with champion_weights(cfg, network, root) if inc and not redo("train") else nullcontext() as warm:
+                stages["train"] = value(
+                    train_task(
+                        stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"),
+                        node_metrics, warm,
+                    )
+                )  # fmt: skip
     if "evaluate" in plan:
         stages["evaluate"] = value(
             evaluate_task(

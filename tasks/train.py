@@ -73,7 +73,8 @@ def train_task(
         root,
         "train",
         inputs,
-        cfg.model_copy(update={"init_weights": None}),  # a download's path: the weights' digest is in inputs
+        # not in the key: a download's path (the weights' digest is in inputs), how the rank's process starts
+        cfg.model_copy(update={"init_weights": None, "prewarm": True}),
         lambda tmp: train_stage(
             features.path,
             features["features"]["names"],

@@ -199,6 +199,11 @@ class TrainConfig(_Section):
         "rank, from the features' Parquet; on a GPU through cuDF); auto: device on a GPU, else host",
     )
     bf16: bool = True
+    prewarm: bool = Field(
+        True,
+        description="one rank on this host: its process starts while the features are computed, so its imports "
+        "(torch, Horovod, cuDF, what the optimizer imports) are done when training begins",
+    )
     network_interface: str = Field("lo", description="Horovod's NIC for Gloo; a multi-host run names its NIC")
     bind_address: str = Field("127.0.0.1", description="where horovodrun's rendezvous listens (multi-host: 0.0.0.0)")
     hosts: tuple[str, ...] = Field(

@@ -112,7 +112,7 @@ def _spark_once(raw: Path, out: Path, cfg: IngestConfig, conf: dict[str, str]) -
     import sys
 
     import tasks
-    from tasks.core.training.launch import _pdeathsig
+    from tasks.core.training.procs import pdeathsig
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -127,7 +127,7 @@ def _spark_once(raw: Path, out: Path, cfg: IngestConfig, conf: dict[str, str]) -
         capture_output=True,
         text=True,
         env=env,
-        preexec_fn=_pdeathsig(),
+        preexec_fn=pdeathsig(),
     )
     if p.returncode != 0:
         raise RuntimeError(f"ingest benchmark run {out.name} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")

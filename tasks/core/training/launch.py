@@ -6,7 +6,6 @@ import json
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +16,8 @@ from typing import Any
 
 from tasks.core.config import TrainConfig
 from tasks.core.ports import free_port
+from tasks.core.training.prewarm import take
+from tasks.core.training.procs import kill_tree, pdeathsig
 from tasks.core.training.spec import NodeMetrics, TrainingSpec
 from tasks.core.training.timeline import rank_timeline
 
@@ -62,10 +63,15 @@ def training_spec(
     )
 
 
+def unlaunched(cfg: TrainConfig) -> bool:
+    """One Horovod rank on this host: started without a launcher (and so it may be started ahead, ``prewarm``)."""
+    return cfg.engine == "horovod" and cfg.num_proc == 1 and not cfg.hosts
+
+
 def launch_command(cfg: TrainConfig, spec_path: Path, network_interface: str = "lo") -> list[str]:
     bin_dir = Path(sys.executable).parent
     worker = [sys.executable, "-m", "tasks.core.training.worker", str(spec_path)]
-    if cfg.engine == "horovod" and cfg.num_proc == 1 and not cfg.hosts:
+    if unlaunched(cfg):
         # one rank on this host: started directly, Horovod then runs as a world of one (hvd.init() with no launcher
         # environment); horovodrun's launch and rendezvous cost 2.4 s of a 37.6 s training stage on an H100 host
         return worker
@@ -97,24 +103,6 @@ def launch_command(cfg: TrainConfig, spec_path: Path, network_interface: str = "
     ]
 
 
-def _pdeathsig():
-    """A pre-exec hook (loaded here, in the parent: the forked child must not import) that asks Linux to
-    SIGKILL the launcher when the stage's process dies, and gives it a process group of its own."""
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        prctl = None
-
-    def hook() -> None:
-        if prctl is not None:
-            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        os.setsid()
-
-    return hook
-
-
 def launch_training(
     spec: TrainingSpec,
     cfg: TrainConfig,
@@ -139,14 +127,18 @@ def launch_training(
     (Path(spec.out) / "timeline.json").unlink(missing_ok=True)  # a failed launch's before it: not this one's
     started = time.time()
     rows: queue.Queue = queue.Queue()
+    proc = None
+    if cmd[1:3] == ["-m", "tasks.core.training.worker"]:  # one rank, no launcher: one may wait, its imports done
+        proc = take(spec.threads_per_rank, spec_path, full_env)
+        cmd = proc.args if proc is not None else cmd
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(
+        proc = proc or subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=full_env,
             text=True,
-            preexec_fn=_pdeathsig(),
+            preexec_fn=pdeathsig(),
             cwd=project,
         )
         (work / "launcher.pid").write_text(str(proc.pid))
@@ -164,7 +156,7 @@ def launch_training(
         raise TrainingFailed(f"training exited with code {proc.returncode}; log {log_path}:\n{tail}")
     ended = time.time()
     timeline = rank_timeline(Path(spec.out) / "timeline.json", started, ended)
-    return {"wall_s": ended - started, "command": cmd, "log": str(log_path), "rank_timeline": timeline}
+    return {"wall_s": ended - started, "command": list(cmd), "log": str(log_path), "rank_timeline": timeline}
 
 
 def _watch(proc, beat: Path, stall_s: float, started: float, log_path: Path, rows, progress) -> None:
@@ -204,26 +196,6 @@ def _pump(stream, log, rows: queue.Queue) -> None:
                 rows.put(json.loads(line[i:])["progress"])
             except (json.JSONDecodeError, KeyError):
                 pass
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the launcher, its process group and every descendant (ranks may start their own groups)."""
-    import psutil
-
-    try:
-        kids = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        kids = []
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for k in kids:
-        try:
-            k.kill()
-        except psutil.NoSuchProcess:
-            pass
-    proc.wait(timeout=30)
 
 
 def steady_throughput(history: list[dict[str, Any]]) -> dict[str, float]:

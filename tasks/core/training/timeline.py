@@ -14,12 +14,19 @@ class Timeline:
     """Wall-clock marks of this rank's life from its process's start, and summed parts of the epoch loop: where a
     training stage's time goes besides its epochs (rank 0 writes them to ``timeline.json``)."""
 
-    def __init__(self, imported: float) -> None:
-        """``imported``: when the rank's module finished its imports."""
+    def __init__(self, imported: float, started: float | None = None, prewarm: dict | None = None) -> None:
+        """``imported``: when the rank's module finished its imports; ``started``: when the rank's life as this
+        launch's began (default: its process's start; a process started ahead of the launch, :mod:`prewarm`, begins
+        when its spec arrives, and ``prewarm`` says what it did before)."""
+        self.marks = {"process_start": started or self.process_start(), "imports": imported}
+        self.sums: dict[str, float] = {}
+        self.prewarm = prewarm
+
+    @staticmethod
+    def process_start() -> float:
         import psutil
 
-        self.marks = {"process_start": psutil.Process().create_time(), "imports": imported}
-        self.sums: dict[str, float] = {}
+        return psutil.Process().create_time()
 
     def mark(self, name: str) -> None:
         """The part ``name`` ends now (it began at the previous mark)."""
@@ -32,8 +39,9 @@ class Timeline:
     def parts(self) -> dict[str, Any]:
         names = list(self.marks)
         parts = {b: round(self.marks[b] - self.marks[a], 3) for a, b in zip(names, names[1:])}
-        return {"process_start": self.marks["process_start"], "parts_s": parts,
-                "loop_s": {k: round(v, 3) for k, v in self.sums.items()}}  # fmt: skip
+        out = {"process_start": self.marks["process_start"], "parts_s": parts,
+               "loop_s": {k: round(v, 3) for k, v in self.sums.items()}}  # fmt: skip
+        return {**out, "prewarm": self.prewarm} if self.prewarm else out
 
 
 def rank_timeline(path: Path, launched: float, ended: float) -> dict[str, Any] | None:
@@ -44,4 +52,4 @@ def rank_timeline(path: Path, launched: float, ended: float) -> dict[str, Any] |
     t = json.loads(path.read_text())
     saved = t["process_start"] + sum(t["parts_s"].values())
     parts = {"launcher": round(t["process_start"] - launched, 3), **t["parts_s"], "shutdown": round(ended - saved, 3)}
-    return {"parts_s": parts, "loop_s": t["loop_s"]}
+    return {"parts_s": parts, "loop_s": t["loop_s"], **({"prewarm": t["prewarm"]} if t.get("prewarm") else {})}

@@ -332,8 +332,8 @@ def node_monitor(spec: TrainingSpec, local_rank: int, host: str | None = None):
     return monitor
 
 
-def main(spec_path: str) -> int:
-    timeline = Timeline(IMPORTED)
+def main(spec_path: str, timeline: Timeline | None = None) -> int:
+    timeline = timeline or Timeline(IMPORTED)
     spec = TrainingSpec.read(spec_path)
     watch_owner(spec.owner_pid)
     preload = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True)

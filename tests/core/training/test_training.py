@@ -16,8 +16,10 @@ import pytest
 from tasks.core.config import load_config
 from tasks.core.stages.features import feature_names
 from tasks.core.topology import Topology
+from tasks.core.training import prewarm
 from tasks.core.training.frame_tensors import write_recipe
 from tasks.core.training.launch import TrainingStalled, launch_command, launch_training, training_spec
+from tasks.core.training.prewarm import prewarmed
 from tasks.core.training.tensors import prepare_tensors
 from tests.helpers import REPO
 
@@ -82,6 +84,29 @@ def test_one_rank_trains_with_horovod_started_directly(data, tmp_path):
     assert [h["epoch"] for h in one] == [0, 1, 2, 3] and one[-1]["train_loss"] < one[0]["train_loss"]
     assert set(launched["rank_timeline"]["parts_s"]) == {"launcher", *TIMELINE_PARTS, "shutdown"}
     assert (work / "ckpt" / "epoch_0003.done").exists()
+
+    # the same rank started ahead (while the features would be computed): it trains the same, its imports done
+    ahead = tmp_path / "ahead"
+    ahead.mkdir()
+    with prewarmed(1, True):
+        started = prewarm._WAITING[1]
+        time.sleep(3)  # its imports under way before the launch
+        got = launch_training(_spec(cfg, data, ahead, "horovod"), cfg.train, ahead, {})
+    assert got["command"][1:] == ["-m", "tasks.core.training.prewarm"] and started.poll() == 0
+    again = json.loads((ahead / "history.json").read_text())
+    np.testing.assert_allclose([h["train_loss"] for h in again], [h["train_loss"] for h in one], rtol=1e-6)
+    timeline = got["rank_timeline"]
+    assert timeline["prewarm"]["imports_s"] > 0 and timeline["prewarm"]["waited_s"] >= 0
+    assert timeline["parts_s"]["imports"] == 0 and 0 <= timeline["parts_s"]["launcher"] < 1
+
+
+def test_a_rank_started_ahead_and_not_taken_is_ended():
+    with prewarmed(1, True):
+        waiting = prewarm._WAITING[1]
+        assert waiting.poll() is None
+    assert waiting.poll() is not None and not prewarm._WAITING
+    with prewarmed(1, False):
+        assert not prewarm._WAITING
 
 
 TIMELINE_PARTS = ("imports", "comm_init", "device_context", "tensors", "model", "optimizer",

@@ -1,0 +1,46 @@
+"""The child processes training starts: tied to the stage's process (they die with it) and ended with all they
+started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+
+def pdeathsig():
+    """A pre-exec hook (loaded here, in the parent: the forked child must not import) that asks Linux to
+    SIGKILL the launcher when the stage's process dies, and gives it a process group of its own."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+
+    def hook() -> None:
+        if prctl is not None:
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        os.setsid()
+
+    return hook
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher, its process group and every descendant (ranks may start their own groups)."""
+    import psutil
+
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        kids = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=30)
