@@ -31,6 +31,16 @@ def array_module(a):
     return np
 
 
+def device_room(a, times: float) -> bool:
+    """Whether the GPU a CuPy array lives on has ``times`` its size free (False for a host array)."""
+    if array_module(a) is np:
+        return False
+    import cupy
+
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    return free >= times * a.nbytes
+
+
 def to_host(a) -> np.ndarray:
     """A NumPy or CuPy array as a NumPy array (copied from the GPU where it lives there)."""
     return a.get() if hasattr(a, "get") else np.asarray(a)

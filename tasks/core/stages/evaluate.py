@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tasks.core.arrays import device_room
 from tasks.core.config import EvaluateConfig
 from tasks.core.laps import Laps
 from tasks.core.metrics import classification_metrics, lead_times
@@ -133,8 +134,8 @@ def evaluate(
     lap("read_rows")
     y = df["label"].to_numpy()
     ts = np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive snapshots
-    # on the GPU the graph model scores while the tree fits (tree_fit's lap; model_scores' is what is left of it)
-    graph = beside(device == "cuda", model_scores, model_path, data_path, ts, device)
+    # the graph model scores while the tree fits, where its tensors fit beside (tree_fit's lap holds both)
+    graph = beside(device_room(x, 2.0), model_scores, model_path, data_path, ts, device)
     tree = fit_tree(x[_on(x, train)], y[train], x[_on(x, val)], y[val], seed, cfg.tree_device)
     lap("tree_fit")
     span = t_idx >= ts[0]
@@ -172,11 +173,10 @@ def evaluate(
 
 
 def beside(now: bool, fn, *args) -> Callable[[], Any]:
-    """``fn(*args)`` started in a thread now (``now``), or run where its result is asked for; the result (or the
-    exception) by calling what this returns."""
+    """``fn(*args)`` begun in a thread now (``now``) or run when asked; calling the result gives its value or error."""
     if not now:
         return lambda: fn(*args)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")  # one thread, ended when its call returns
     future = pool.submit(fn, *args)
     pool.shutdown(wait=False)
     return future.result

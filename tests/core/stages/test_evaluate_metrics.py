@@ -234,3 +234,9 @@ def test_beside_runs_now_in_a_thread_or_later_where_asked():
 
     with pytest.raises(ValueError, match="scoring failed"):
         beside(True, fails)()
+
+
+def test_there_is_no_device_room_for_a_host_array():
+    from tasks.core.arrays import device_room
+
+    assert device_room(np.zeros(4), 0.0) is False  # scored after the tree on the CPU: both would share the cores
