@@ -55,19 +55,20 @@ def node_metrics_spec(cfg: FaultlineConfig, run_id: str) -> dict[str, Any]:
 
 
 @contextmanager
-def spark_stages(plan: tuple[str, ...]) -> Iterator[None]:
+def spark_stages(plan: tuple[str, ...], notes: dict[str, Any] | None = None) -> Iterator[None]:
     """Validation and ingest in one Spark application. Where the RAPIDS Accelerator ran in it, its JVM ends with it
-    (features and training come next, on the same GPU) and the GPU memory still in use is logged."""
+    (features and training come next, on the same GPU); the GPU memory still in use is logged and, in ``notes``,
+    kept for the run's summary (``spark_jvm``)."""
     if not {"validate", "ingest"} <= set(plan):
         yield
         return
     with one_application("validate-ingest") as app:
         yield
     if app["jvm_ended"]:
-        logger().info(
-            "Spark's JVM (RAPIDS Accelerator) ended with its application: %s MiB of GPU memory in use after it",
-            app.get("gpu_memory_used_mib"),
-        )
+        used = app.get("gpu_memory_used_mib")
+        logger().info("Spark's JVM (RAPIDS Accelerator) ended with its application: %s MiB of GPU memory in use", used)
+        if notes is not None:
+            notes["spark_jvm"] = {"ended": True, "gpu_memory_used_mib_after": used}
 
 
 def run_stages(
@@ -81,10 +82,11 @@ def run_stages(
     node_metrics: dict[str, Any] | None = None,
     incremental: bool = True,
     network: str = "",
+    notes: dict[str, Any] | None = None,
 ) -> dict[str, StageResult]:
     stages: dict[str, StageResult] = {}
     inc = None
-    with spark_stages(plan):
+    with spark_stages(plan, notes):
         if "validate" in plan:  # the raw exports parsed once, in one Spark application, for both stages
             raw = raw or value(simulate_task(cfg.workload, root)).path
             inc = plan_increment(cfg, rt, root, str(raw)) if incremental and not redo("validate") else None
@@ -169,7 +171,9 @@ def fault_prediction_pipeline(
                     get_run_logger().info("MLflow system metrics off: %s", off)
                 nodes = None if off else node_metrics_spec(cfg, run_id)  # other training hosts' system metrics
                 redo, network = (lambda s: force or s in (refresh or [])), data["network"]
-                stages = run_stages(cfg, rt, root, plan, raw, lake, redo, nodes, incremental, network)
+                notes: dict[str, Any] = {}  # what the run's summary says beside its stages (the Spark JVM's end)
+                stages = run_stages(cfg, rt, root, plan, raw, lake, redo, nodes, incremental, network, notes)
+                summary.update(notes)
                 summary.update(record_run(cfg, run_id, stages, data))
             summary["status"] = "completed"
         finally:

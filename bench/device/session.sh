@@ -99,7 +99,7 @@ chain() {
     run) $FL run --profile gpu --topology backbone/world --days 14 $(for o in ${RUN_SET:-}; do echo --set $o; done) \
         --json > $R/run.json 2> $R/run.log
       echo "run rc=$?" >> $R/steps.log; RUN=$(run_summary $R/run.json "['mlflow_run_id']"); manifests /tmp/fl/root/store run
-      parts /tmp/fl/root/store; grep -ho "Spark's JVM.*" $R/run.log | head -2 >> $R/steps.log
+      parts /tmp/fl/root/store; echo "  spark jvm: $(run_summary $R/run.json ".get('spark_jvm')")" >> $R/steps.log
       stage_line $R/run.json ;;
     lake) $FL run --profile gpu --topology backbone/world --days ${DAYS:-14} --until ingest --json > $R/lake.json 2> $R/lake.log
       echo "lake rc=$?" >> $R/steps.log ;;

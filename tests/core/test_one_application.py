@@ -109,3 +109,21 @@ def test_the_plugins_jvm_ends_with_its_application_and_a_cpu_jvm_stays(sessions,
     with sparkops.stage_spark({"spark.plugins": ""}, "validate"):
         pass
     assert sessions[1]._jsc is None and ended == [1]  # Spark on the CPU: the JVM stays for the next stage
+
+
+def test_the_runs_summary_says_the_plugins_jvm_ended_and_what_the_gpu_holds_after(sessions, monkeypatch):
+    """In a --json run the flow's log lines do not reach the terminal: the summary carries the JVM's end."""
+    from flows.pipeline import spark_stages
+
+    monkeypatch.setattr(sparkops, "end_jvm", lambda: True)
+    monkeypatch.setattr(sparkops, "gpu_memory_used_mib", lambda: 600)
+    notes: dict = {}
+    with spark_stages(("validate", "ingest", "features"), notes):
+        with sparkops.stage_spark({"spark.plugins": sparkops.PLUGIN}, "validate"):
+            pass
+    assert notes == {"spark_jvm": {"ended": True, "gpu_memory_used_mib_after": 600}}
+    cpu: dict = {}
+    with spark_stages(("validate", "ingest"), cpu):
+        with sparkops.stage_spark({}, "validate"):
+            pass
+    assert cpu == {}  # Spark on the CPU: its JVM stays, nothing to say
