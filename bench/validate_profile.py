@@ -2,7 +2,7 @@
 rest warm) over the same exports, each run's wall time, its own laps (``timings_s``: the read, each GX suite, the
 counts) and the Spark jobs each job group ran.
 
-    .venv/bin/python bench/validate_profile.py RAW [--runs 3] [--set ingest.KEY=VALUE ...] [--json OUT]
+    .venv/bin/python bench/validate_profile.py RAW [--runs 3] [--docs] [--set ingest.KEY=VALUE ...] [--json OUT]
 
 RAW: a directory of exports, e.g. 2.2 M KPI rows with 1 % dirt from
 ``faultline simulate --topology backbone/world --days 2 --dirt 0.01 --out RAW``. Spark is configured from the local
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--json", type=Path)
+    p.add_argument("--docs", action="store_true", help="build GX's Data Docs as the pipeline does")
     args = p.parse_args(argv)
     cfg = load_config("local", args.set)
     spark = spark_session(spark_conf(cfg.ingest, detect_hardware(), None))
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="validate-profile-") as tmp:
         for i in range(1, args.runs + 1):
             started = time.perf_counter()
-            summary = run_validation(spark, layout, Path(tmp) / str(i), build_docs=False, mostly=0.95)
+            summary = run_validation(spark, layout, Path(tmp) / str(i), build_docs=args.docs, mostly=0.95)
             seconds = round(time.perf_counter() - started, 2)
             jobs = {g: len(tracker.getJobIdsForGroup(f"validate:{g}")) for g in GROUPS}
             runs.append({"run": i, "seconds": seconds, "rows": summary["rows"], "timings_s": summary["timings_s"],

@@ -18,7 +18,7 @@ from tasks.core.schema import ALARM_COLUMNS, KPI_COLUMNS
 from tasks.core.sparkops import job_group, share_frames, unpersist
 from tasks.core.stages.raw import CORRUPT, RawLayout, check_files
 from tasks.core.stages.readers import read_alarms, read_kpi
-from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules
+from tasks.core.stages.rules import KEYS, Rule, alarm_rules, kpi_rules, with_derived
 
 SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "DoubleType", "long": "LongType"}
 
@@ -192,7 +192,7 @@ def run_validation(
             context, src, f"{source}_file", _file_expectations(columns, mostly), df, actions
         )
         lap(f"gx_{source}_file")
-        parsed = df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT)
+        parsed = with_derived(df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT), rules[source])
         row_exps = _row_expectations(rules[source], KEYS[source], mostly)
         results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions, ROW_SAMPLES)
         lap(f"gx_{source}_rows")
