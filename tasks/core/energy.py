@@ -186,3 +186,17 @@ def plot_energy(stages: dict[str, dict[str, Any]], curves: dict[str, list[tuple[
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def gpu_memory_used() -> int | None:
+    """Bytes of GPU memory in use over the visible GPUs (NVML), None without NVML or a GPU."""
+    nvml, _ = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return sum(
+            int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used)
+            for i in range(nvml.nvmlDeviceGetCount())
+        )
+    finally:
+        nvml.nvmlShutdown()

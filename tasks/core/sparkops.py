@@ -100,21 +100,10 @@ def end_jvm(timeout_s: float = 60.0) -> bool:
 
 def gpu_memory_used_mib() -> int | None:
     """GPU memory in use on the visible GPUs (MiB, NVML's figure), or None without NVML or a GPU."""
-    from tasks.core.energy import _nvml
+    from tasks.core.energy import gpu_memory_used
 
-    nvml, _ = _nvml()
-    if nvml is None:
-        return None
-    try:
-        return (
-            sum(
-                nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used
-                for i in range(nvml.nvmlDeviceGetCount())
-            )
-            // 2**20
-        )
-    finally:
-        nvml.nvmlShutdown()
+    used = gpu_memory_used()
+    return None if used is None else used // 2**20
 
 
 def _alive(spark) -> bool:

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.core.energy import gpu_memory_used
+
 STAGES = ("validate", "ingest", "features", "train", "evaluate")
 DISK_MARGIN = 0.85  # of the free bytes a run may plan to fill
 EXPORTS = "exports"  # a size's exports (links) under its store root
@@ -41,22 +43,6 @@ def tree_rss(pid: int | None = None) -> int:
         except psutil.Error:
             pass
     return total
-
-
-def gpu_memory_used() -> int | None:
-    """Bytes of GPU memory in use over the visible GPUs (NVML), None without NVML or a GPU."""
-    from tasks.core.energy import _nvml
-
-    nvml, _ = _nvml()
-    if nvml is None:
-        return None
-    try:
-        return sum(
-            int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used)
-            for i in range(nvml.nvmlDeviceGetCount())
-        )
-    finally:
-        nvml.nvmlShutdown()
 
 
 class Peaks:
