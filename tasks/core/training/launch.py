@@ -16,7 +16,7 @@ from typing import Any
 
 from tasks.core.config import TrainConfig
 from tasks.core.ports import free_port
-from tasks.core.training.prewarm import take
+from tasks.core.training.prewarm import PROJECT, rank_env, take
 from tasks.core.training.procs import kill_tree, pdeathsig
 from tasks.core.training.spec import NodeMetrics, TrainingSpec
 from tasks.core.training.timeline import rank_timeline
@@ -115,13 +115,7 @@ def launch_training(
     spec.write(spec_path)
     cmd = launch_command(cfg, spec_path, cfg.network_interface)
     log_path = work / "train.log"
-    project = str(Path(__file__).resolve().parents[3])
-    full_env = {
-        **os.environ,
-        **env,
-        "PYTHONPATH": project + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "OMP_NUM_THREADS": str(spec.threads_per_rank),
-    }
+    full_env = rank_env(spec.threads_per_rank, env)
     beat = work / "heartbeat.json"
     beat.unlink(missing_ok=True)
     (Path(spec.out) / "timeline.json").unlink(missing_ok=True)  # a failed launch's before it: not this one's
@@ -139,7 +133,7 @@ def launch_training(
             env=full_env,
             text=True,
             preexec_fn=pdeathsig(),
-            cwd=project,
+            cwd=PROJECT,
         )
         (work / "launcher.pid").write_text(str(proc.pid))
         reader = threading.Thread(target=_pump, args=(proc.stdout, log, rows), daemon=True)

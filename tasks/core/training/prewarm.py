@@ -1,10 +1,10 @@
 """A training rank started ahead of its launch: one rank on this host (the launch that needs no launcher) can
 start while the features are computed, so that its imports (torch, Horovod, cuDF, what the optimizer imports) are
 done when training begins. The process imports, then waits on its stdin for the launch: one JSON line with the
-spec's path and the environment the launch adds (the tracking URI among it: through the pipe, never a file).
+spec's path and the launch's whole environment (the tracking URI among it: through the pipe, never a file).
 
 ``python -m tasks.core.training.prewarm`` is that process; :func:`prewarm` starts one for a flow run's coming
-training and :func:`take` hands it to the launch whose command and base environment it was started with."""
+training and :func:`take` hands it to the launch of a rank with the threads it was started for."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ PROJECT = str(Path(__file__).resolve().parents[3])
 _WAITING: dict[int, subprocess.Popen] = {}  # by the rank's threads (read at import): at most one a flow run
 
 
-def base_env(threads_per_rank: int) -> dict[str, str]:
-    """What a rank's process needs from its start (read at import); the launch's whole environment comes with the
-    spec and replaces this one."""
-    return {**os.environ, "PYTHONPATH": PROJECT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+def rank_env(threads_per_rank: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A rank's environment: this process's, ``extra`` (the launch's), the project on the path and the rank's
+    threads (read at import: a rank started ahead has them from its start, the rest comes with its spec)."""
+    return {**os.environ, **(extra or {}), "PYTHONPATH": PROJECT + os.pathsep + os.environ.get("PYTHONPATH", ""),
             "OMP_NUM_THREADS": str(threads_per_rank)}  # fmt: skip
 
 
@@ -45,7 +45,7 @@ def prewarmed(threads_per_rank: int, wanted: bool) -> Iterator[None]:
 def prewarm(threads_per_rank: int) -> subprocess.Popen:
     discard()
     proc = subprocess.Popen([sys.executable, "-m", "tasks.core.training.prewarm"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=base_env(threads_per_rank),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=rank_env(threads_per_rank),
                             text=True, preexec_fn=pdeathsig(), cwd=PROJECT)  # fmt: skip
     _WAITING[threads_per_rank] = proc
     return proc
