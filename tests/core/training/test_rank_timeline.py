@@ -30,3 +30,20 @@ def test_a_rank_exits_with_its_code_and_its_output_flushed_without_teardown():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3 and proc.stdout == "epoch 3 done", (proc.returncode, proc.stdout, proc.stderr[-500:])
+
+
+def test_a_process_start_is_read_to_a_clock_tick_and_never_after_its_launch():
+    """A child started now reads its own start between its launch and its first line, to a clock tick (psutil's
+    figure may be a second off: the boot time it rests on is whole seconds)."""
+    import subprocess
+    import sys
+    import time
+
+    launched = time.time()
+    out = subprocess.run(
+        [sys.executable, "-c", "import time; from tasks.core.training.timeline import Timeline as T; "
+         "print(T.process_start(), time.time())"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    start, running = map(float, out.stdout.split())
+    assert launched - 0.02 <= start <= running
