@@ -47,9 +47,7 @@ ROW_SAMPLES = 0  # a row suite's bad rows are in the quarantine with their reaso
 FILE_SAMPLES = 20  # a file suite lists up to this many malformed lines' text (GX's partial_unexpected_list)
 
 
-def _run_suite(
-    context, source, name: str, expectations: list, df, actions: list, samples: int = FILE_SAMPLES
-) -> dict[str, Any]:
+def _run_suite(context, source, name: str, expectations: list, df, samples: int = FILE_SAMPLES) -> dict[str, Any]:
     """One suite over ``df`` through a checkpoint. ``samples``: the bad values GX lists per expectation. Each list
     is a Spark job of its own that scans the rows until it has found them (every row, where a rule finds none); with
     0, Spark plans it away (a zero limit), and the suite's counts come from one aggregation."""
@@ -62,7 +60,7 @@ def _run_suite(
         gx.Checkpoint(
             name=f"{name}_checkpoint",
             validation_definitions=[vd],
-            actions=actions,
+            actions=[],  # each suite's run stores its result; the Data Docs are built once, after the last
             result_format={"result_format": "SUMMARY" if samples else "BASIC", "partial_unexpected_count": samples},
         )
     )
@@ -149,20 +147,17 @@ def _read_sources(spark, layout: RawLayout) -> tuple[dict[str, Any], dict[str, i
 
 
 def _gx_context(out_dir: Path):
-    """GX's file context in ``out_dir``, its Spark and pandas sources, and the checkpoint actions."""
+    """GX's file context in ``out_dir`` and its Spark and pandas sources."""
     import great_expectations as gx
 
     context = gx.get_context(mode="file", project_root_dir=str(out_dir))
     context.variables.progress_bars = {"globally": False, "metric_calculations": False}
     context.variables.save()
-    # no checkpoint action: each suite's result is stored by its run, and the Data Docs are built once after the
-    # last (an UpdateDataDocsAction per checkpoint rebuilt the site five times, 0.4 s each on 2 cores)
-    actions: list = []
     sources = {
         "spark": context.data_sources.add_spark(name="raw_exports"),
         "pandas": context.data_sources.add_pandas(name="topology_export"),
     }
-    return context, sources, actions
+    return context, sources
 
 
 def run_validation(
@@ -180,7 +175,7 @@ def run_validation(
         made = pool.submit(_gx_context, out_dir)
         frames, row_counts = _read_sources(spark, layout)
         lap("read_and_count")
-        context, sources, actions = made.result()
+        context, sources = made.result()
     rules = {
         "kpi": kpi_rules(list(topo.element_ids), layout.start, layout.end),
         "alarms": alarm_rules(list(topo.element_ids), layout.start, layout.end),
@@ -190,18 +185,16 @@ def run_validation(
     results, counts = {}, {}
     for source, df in frames.items():
         columns = KPI_COLUMNS if source == "kpi" else ALARM_COLUMNS
-        results[f"{source}_file"] = _run_suite(
-            context, src, f"{source}_file", _file_expectations(columns, mostly), df, actions
-        )
+        results[f"{source}_file"] = _run_suite(context, src, f"{source}_file", _file_expectations(columns, mostly), df)
         lap(f"gx_{source}_file")
         parsed = with_derived(df.filter(F.col(CORRUPT).isNull()).drop(CORRUPT), rules[source])
         row_exps = _row_expectations(rules[source], KEYS[source], mostly)
-        results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, actions, ROW_SAMPLES)
+        results[f"{source}_rows"] = _run_suite(context, src, f"{source}_rows", row_exps, parsed, ROW_SAMPLES)
         lap(f"gx_{source}_rows")
         counts[source] = gx_counts(results, source, rules[source]) or _spark_counts(df, source, rules[source], results)
-    results["topology"] = _run_suite(context, sources["pandas"], "topology", *_topology_suite(topo), actions)
+    results["topology"] = _run_suite(context, sources["pandas"], "topology", *_topology_suite(topo))
     lap("gx_topology")
-    if build_docs:
+    if build_docs:  # once (an UpdateDataDocsAction per checkpoint rebuilt the whole site five times)
         context.build_data_docs()
         lap("data_docs")
     probed = {"probe": probe(frames)} if probe is not None else {}

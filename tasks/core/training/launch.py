@@ -122,7 +122,7 @@ def launch_training(
     started = time.time()
     rows: queue.Queue = queue.Queue()
     proc = None
-    if cmd[1:3] == ["-m", "tasks.core.training.worker"]:  # one rank, no launcher: one may wait, its imports done
+    if unlaunched(cfg):  # one rank, no launcher: one may wait, started ahead with its imports done
         proc = take(spec.threads_per_rank, spec_path, full_env)
         cmd = proc.args if proc is not None else cmd
     with open(log_path, "w") as log:
