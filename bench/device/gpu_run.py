@@ -89,7 +89,6 @@ def gpu_run(d: Path, commit: str, steps: str) -> dict:
         },  # fmt: skip
         "train": {
             "tensor_device": train["data"].get("tensor_device"),
-            "tensor_read_s": train["data"].get("tensor_read_s"),
             "tensor_build_s": train["data"].get("tensor_build_s"),
             "launch_wall_s": round(train["launch"]["wall_s"], 1),
             "rank_timeline": train["launch"].get("rank_timeline"),

@@ -1,7 +1,7 @@
 """The training tensors built where they are used: each rank reads the features' Parquet into its own device's
-memory (cuDF on a GPU, pandas on a CPU) and builds X [T, E, F], labels and mask there, handing them to torch
-through DLPack. Nothing of the size of X crosses the host or the disk: the host-side build
-(``tensors.prepare_tensors``) wrote X to ``data.npz`` and every rank read it back and copied it to its GPU.
+memory (cuDF on a GPU, pandas on a CPU), one file at a time, and builds X [T, E, F], labels and mask there, handing
+them to torch through DLPack. The peak is X and one day's rows, not X beside every row, and nothing of the size of
+X crosses the host or the disk (the host-side build, ``tensors.prepare_tensors``, writes X to ``data.npz``).
 
 One body for both devices (the array-module pattern of ``tasks.core.arrays``); its result equals
 ``prepare_tensors``'s (a test holds them together on the CPU). The stage hands the ranks a recipe (``data.json``)
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.core.arrays import micros, on_gpu, to_host, xp_of
+from tasks.core.arrays import array_module, micros, on_gpu, to_host
 from tasks.core.store import write_atomic
 from tasks.core.topology import Topology
 from tasks.core.training.tensors import model_graph, split_times, steps_to_onset
@@ -53,16 +53,15 @@ def feature_files(features_dir: Path) -> list[str]:
     return files
 
 
-def read_features(features_dir: Path, names: list[str], gpu: bool):
-    """The columns the tensors need, as a cuDF frame in GPU memory (``gpu``) or a pandas frame."""
-    cols = ["element_id", "timestamp", *names, "label", "in_fault"]
+def read_file(path: str, columns: list[str], gpu: bool):
+    """Some columns of one features file, as a cuDF frame in GPU memory (``gpu``) or a pandas frame."""
     if gpu:
         import cudf
 
-        return cudf.read_parquet(feature_files(features_dir), columns=cols)
+        return cudf.read_parquet(path, columns=columns)
     import pandas as pd
 
-    return pd.read_parquet(feature_files(features_dir), columns=cols)
+    return pd.read_parquet(path, columns=columns)
 
 
 def _values(s, dtype: str):
@@ -94,33 +93,106 @@ def element_codes(s, topo: Topology, where: Path):
     return out
 
 
-def frame_tensors(df, topo: Topology, names: list[str], window: int, test_fraction: float, graph: str = "real",
-                  seed: int = 0, horizon_minutes: float = 60.0, where: Path = Path("features")):  # fmt: skip
-    """(arrays, info): X [T, E, F] float32 standardised on the train window, y and mask [T, E] int8 on the frame's
-    device; ttf, the adjacency, the splits, the times and each feature's mean and std on the host."""
-    xp = xp_of(df)
-    ts = micros(df["timestamp"])
-    times = xp.unique(ts)
-    t_idx = xp.searchsorted(times, ts)
-    e_idx = element_codes(df["element_id"], topo, where)
+EXACT_F32 = 1 << 24  # integers up to this size are exact in float32
+
+
+def raw_dtype(files: list[str], names: list[str]) -> str:
+    """The dtype the features are gathered in before they are standardised: float32 where every one is stored as
+    float32, or as integers within 2**24 by the files' Parquet statistics (exact in float32); else float64."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for f in files:
+        md = pq.read_metadata(f)
+        types = md.schema.to_arrow_schema()
+        leaf = {md.schema.column(i).path: i for i in range(md.num_columns)}
+        for n in names:
+            if pa.types.is_float32(types.field(n).type):
+                continue
+            if not pa.types.is_integer(types.field(n).type):
+                return "float64"
+            stats = [md.row_group(g).column(leaf[n]).statistics for g in range(md.num_row_groups)]
+            if not all(st is not None and st.has_min_max and max(-st.min, st.max) <= EXACT_F32 for st in stats):
+                return "float64"
+    return "float32"
+
+
+def step_index(files: list[str], gpu: bool):
+    """The sorted distinct times (microseconds) over all files, and each file's first and last step among them
+    (only the timestamp column is read)."""
+    per = [micros(read_file(f, ["timestamp"], gpu)["timestamp"]) for f in files]
+    xp = array_module(per[0])
+    times = xp.unique(xp.concatenate(per))
+    spans = [(int(xp.searchsorted(times, p.min())), int(xp.searchsorted(times, p.max()))) for p in per if len(p)]
+    return times, spans, [f for f, p in zip(files, per) if len(p)]
+
+
+def fill_cells(files, spans, times, topo: Topology, names: list[str], gpu: bool, t_lo: int, val_start: int,
+               where: Path):  # fmt: skip
+    """Each file's rows written to their cells from step ``t_lo`` on, one file in memory at a time: the raw
+    features [cells, F] in ``raw_dtype`` (NaN where no row or no value),
+    y, mask and filled [cells], the number of rows, and the cells of the training rows (steps before
+    ``val_start``) in the files' row order."""
+    xp = array_module(times)
+    n_t, n_e, n_f = int(times.shape[0]) - t_lo, topo.n, len(names)
+    x = xp.full((n_t * n_e, n_f), xp.nan, dtype=raw_dtype(files, names))
+    y, mask, filled = (xp.zeros(n_t * n_e, dt) for dt in (xp.int8, xp.int8, bool))
+    rows, train_cells = 0, []
+    for f, (_, last) in zip(files, spans):
+        if last < t_lo:
+            continue
+        df = read_file(f, ["element_id", "timestamp", *names, "label", "in_fault"], gpu)
+        t_idx = xp.searchsorted(times, micros(df["timestamp"])) - t_lo
+        if int(t_idx.min()) < 0:  # the file begins before the window
+            df, t_idx = df[t_idx >= 0], t_idx[t_idx >= 0]
+        cell = t_idx * n_e + element_codes(df["element_id"], topo, where)
+        for j, name in enumerate(names):
+            x[cell, j] = _values(df[name], str(x.dtype))
+        y[cell] = _values(df["label"], "int8")
+        mask[cell] = 1 - _values(df["in_fault"], "int8")
+        filled[cell] = True
+        rows += len(df)
+        train_cells.append(cell[t_idx < val_start - t_lo])
+    return x, (y, mask, filled), rows, (xp.concatenate(train_cells) if train_cells else xp.zeros(0, xp.int64))
+
+
+def train_stats(x, train_cells) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's float64 mean and std over the training rows, in their row order (the frame's statistics)."""
+    xp = array_module(x)
+    n_f = x.shape[1]
+    mu, sd = np.empty(n_f), np.empty(n_f)
+    for j in range(n_f):
+        vt = x[train_cells, j].astype(xp.float64)
+        m, s = (float(xp.nanmean(vt)), float(xp.nanstd(vt))) if vt.size else (math.nan, math.nan)
+        mu[j], sd[j] = m, (s if math.isfinite(s) and s >= 1e-9 else 1.0)
+    return mu, sd
+
+
+def standardise(x, mu: np.ndarray, sd: np.ndarray, block: int = 1 << 20):
+    """float32 (x - mean) / std, missing as 0, in blocks of cells (in place where ``x`` is float32)."""
+    xp = array_module(x)
+    out = x if x.dtype == xp.float32 else xp.empty(x.shape, xp.float32)
+    m, s = xp.asarray(mu), xp.asarray(sd)
+    for a in range(0, x.shape[0], block):
+        z = (x[a : a + block].astype(xp.float64) - m) / s
+        out[a : a + block] = xp.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0).astype(xp.float32)
+    return out
+
+
+def file_tensors(files: list[str], topo: Topology, names: list[str], window: int, test_fraction: float,
+                 graph: str = "real", seed: int = 0, horizon_minutes: float = 60.0, where: Path = Path("features"),
+                 gpu: bool = False):  # fmt: skip
+    """(arrays, info): X [T, E, F] float32 standardised on the train window, y and mask [T, E] int8 on the
+    device (the GPU through cuDF where ``gpu``); ttf, the adjacency, the splits, the times and each feature's mean
+    and std on the host. The files are read one at a time, so the peak is X and one file's rows."""
+    times, spans, files = step_index(files, gpu)
+    xp = array_module(times)
     n_t, n_e, n_f = int(times.shape[0]), topo.n, len(names)
     val_start, test_start = split_times(n_t, test_fraction)
-    cell = t_idx * n_e + e_idx
-    train = t_idx < val_start
-    x = xp.zeros((n_t * n_e, n_f), dtype=xp.float32)
-    mu, sd = np.empty(n_f), np.empty(n_f)
-    for j, name in enumerate(names):  # float64 statistics, float32 result, one column at a time
-        v = _values(df[name], "float64")
-        vt = v[train]
-        m, s = (float(xp.nanmean(vt)), float(xp.nanstd(vt))) if vt.size else (math.nan, math.nan)
-        if not math.isfinite(s) or s < 1e-9:
-            s = 1.0
-        x[cell, j] = xp.nan_to_num((v - m) / s, nan=0.0, posinf=0.0, neginf=0.0).astype(xp.float32)
-        mu[j], sd[j] = m, s
-    y, mask, filled = (xp.zeros(n_t * n_e, dt) for dt in (xp.int8, xp.int8, bool))
-    y[cell] = _values(df["label"], "int8")
-    mask[cell] = 1 - _values(df["in_fault"], "int8")
-    filled[cell] = True
+    x, (y, mask, filled), rows, train_cells = fill_cells(files, spans, times, topo, names, gpu, 0, val_start, where)
+    mu, sd = train_stats(x, train_cells)
+    del train_cells
+    x = standardise(x, mu, sd)
     y, mask, filled = y.reshape(n_t, n_e), mask.reshape(n_t, n_e), filled.reshape(n_t, n_e)
     times_h = to_host(times)
     ttf = steps_to_onset(to_host(filled & (mask == 0)).astype(np.int8))
@@ -146,35 +218,47 @@ def frame_tensors(df, topo: Topology, names: list[str], window: int, test_fracti
         "features": n_f,
         "val_start": val_start,
         "test_start": test_start,
-        "rows": int(len(df)),
+        "rows": rows,
         "cells_filled": int(filled.sum()),
         "train_positive_rate": float(yt[mt > 0].astype(xp.float64).mean()),
     }
     return {"X": x.reshape(n_t, n_e, n_f), "y": y, "mask": mask, **host}, info
 
 
+def x_from(recipe_path: Path, gpu: bool, t_lo: int, mu: np.ndarray, sd: np.ndarray):
+    """X [T - t_lo, E, F] of the steps from ``t_lo`` on, standardised with the training's ``mu`` and ``sd``:
+    equal to the whole X's rows from ``t_lo``, reading only the files that reach it."""
+    r = json.loads(Path(recipe_path).read_text())
+    gpu = gpu and has_cudf()
+    times, spans, files = step_index(feature_files(Path(r["features"])), gpu)
+    x, _, _, _ = fill_cells(files, spans, times, Topology.read(Path(r["topology"])), r["names"], gpu, t_lo, 0,
+                            Path(r["features"]))  # fmt: skip
+    return standardise(x, mu, sd).reshape(int(times.shape[0]) - t_lo, -1, len(r["names"]))
+
+
+def has_cudf() -> bool:
+    try:
+        import cudf  # noqa: F401
+    except ImportError:  # a CUDA torch without RAPIDS: read on the host, the tensors then go to the GPU
+        return False
+    return True
+
+
 def build(recipe_path: Path, gpu: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The tensors of a recipe on this process's device (``gpu``: the current CUDA device, through cuDF)."""
     r = json.loads(Path(recipe_path).read_text())
-    if gpu:
-        try:
-            import cudf  # noqa: F401
-        except ImportError:  # a CUDA torch without RAPIDS: read on the host, the tensors then go to the GPU
-            gpu = False
+    gpu = gpu and has_cudf()
     started = time.perf_counter()
-    df = read_features(Path(r["features"]), r["names"], gpu)
-    read_s = time.perf_counter() - started
-    arrays, info = frame_tensors(df, Topology.read(Path(r["topology"])), r["names"], r["window"], r["test_fraction"],
-                                 r["graph"], r["seed"], r["horizon_minutes"], Path(r["features"]))  # fmt: skip
-    del df
+    arrays, info = file_tensors(feature_files(Path(r["features"])), Topology.read(Path(r["topology"])), r["names"],
+                                r["window"], r["test_fraction"], r["graph"], r["seed"], r["horizon_minutes"],
+                                Path(r["features"]), gpu)  # fmt: skip
     if gpu:
         import cupy
 
         cupy.cuda.Device().synchronize()
-        cupy.get_default_memory_pool().free_all_blocks()  # the frame's memory back to the driver, for torch
+        cupy.get_default_memory_pool().free_all_blocks()  # the files' memory back to the driver, for torch
     info.update(
         feature_names=r["names"],
-        tensor_read_s=round(read_s, 2),
         tensor_build_s=round(time.perf_counter() - started, 2),
         tensor_device="cuda" if gpu else "cpu",
     )
@@ -192,16 +276,16 @@ def write_meta(recipe_path: Path, arrays: dict[str, Any], info: dict[str, Any]) 
     write_atomic(Path(r["info"]), json.dumps(info).encode())
 
 
-def load_x(data_path: Path, device: str):
-    """X [T, E, F] as a torch tensor on ``device``: from ``data.npz`` where the host built it, else built again
-    from the recipe beside it (on the GPU through cuDF where ``device`` is cuda)."""
+def load_x(data_path: Path, device: str, t_lo: int = 0):
+    """X [T - t_lo, E, F] (the steps from ``t_lo`` on) as a torch tensor on ``device``: from ``data.npz`` where
+    the host built it, else built again from the recipe beside it with the training's statistics (on the GPU
+    through cuDF where ``device`` is cuda), reading only the files that reach ``t_lo``."""
     import torch
 
     d = np.load(data_path)
     if "X" in d.files:
-        return torch.from_numpy(d["X"]).to(device)
-    arrays, _ = build(Path(data_path).parent / RECIPE, gpu=device == "cuda")
-    return as_torch(arrays["X"], device)
+        return torch.from_numpy(d["X"][t_lo:]).to(device)
+    return as_torch(x_from(Path(data_path).parent / RECIPE, device == "cuda", t_lo, d["mean"], d["std"]), device)
 
 
 def as_torch(a, device):

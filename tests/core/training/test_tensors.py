@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tasks.core.topology import Topology
-from tasks.core.training.frame_tensors import build, frame_tensors, load_x, write_meta, write_recipe
+from tasks.core.training.frame_tensors import build, feature_files, file_tensors, load_x, write_meta, write_recipe
 from tasks.core.training.tensors import prepare_tensors, split_times
 
 NAMES = ["a", "b", "c"]
@@ -124,18 +124,22 @@ def test_the_label_is_an_onset_within_the_horizon_of_the_stored_steps(tiny_featu
     assert agree > 0.995, agree  # (a quarantined row inside a fault episode can look like an onset)
 
 
-@pytest.mark.parametrize("graph", ["real", "rewired"])
-def test_the_ranks_own_build_equals_the_host_build(tmp_path, graph):
-    """frame_tensors (one body for cuDF and pandas; pandas here) gives what prepare_tensors writes, array for array."""
-    topo, _ = _features(tmp_path, np.random.default_rng(0))
+@pytest.mark.parametrize(("graph", "stored"), [("real", "float64"), ("rewired", "float64"), ("real", "float32")])
+def test_the_ranks_own_build_equals_the_host_build(tmp_path, graph, stored):
+    """file_tensors (one body for cuDF and pandas; pandas here), reading a file at a time, gives what
+    prepare_tensors writes, array for array: from float64 features, and from float32 ones (standardised in place)."""
+    topo, df = _features(tmp_path, np.random.default_rng(0))
+    if stored == "float32":
+        for f in (tmp_path / "features").glob("*.parquet"):
+            part = pd.read_parquet(f)
+            part.astype({n: "float32" for n in NAMES}).to_parquet(f)
     meta = prepare_tensors(tmp_path / "features", topo, NAMES, 3, 0.25, tmp_path / "data.npz", 2, graph, 5, 30.0)
     d = np.load(tmp_path / "data.npz")
-    frame = pd.read_parquet(sorted((tmp_path / "features").glob("*.parquet")))
-    arrays, info = frame_tensors(frame, topo, NAMES, 3, 0.25, graph, 5, 30.0)
+    arrays, info = file_tensors(feature_files(tmp_path / "features"), topo, NAMES, 3, 0.25, graph, 5, 30.0)
     assert set(arrays) == set(d.files)
     for k in d.files:
         np.testing.assert_array_equal(np.asarray(arrays[k]), d[k], err_msg=k)
-    assert arrays["X"].dtype == np.float32
+    assert arrays["X"].dtype == np.float32 and info["rows"] == len(df)
     assert info == {k: v for k, v in meta.items() if k != "feature_names"}
 
 
@@ -153,10 +157,28 @@ def test_a_recipe_gives_the_small_arrays_to_evaluation_and_x_again(tmp_path):
     assert info["tensor_device"] == "cpu" and info["feature_names"] == NAMES
     np.testing.assert_array_equal(load_x(out / "data.npz", "cpu").numpy(), host["X"])
     np.testing.assert_array_equal(load_x(tmp_path / "host.npz", "cpu").numpy(), host["X"])
+    # the steps from 17 on alone (both files reach back before them): built with the training's statistics
+    np.testing.assert_array_equal(load_x(out / "data.npz", "cpu", 17).numpy(), host["X"][17:])
+    np.testing.assert_array_equal(load_x(tmp_path / "host.npz", "cpu", 17).numpy(), host["X"][17:])
 
 
 def test_the_frame_build_names_an_element_outside_the_topology(tmp_path):
     topo, df = _features(tmp_path, np.random.default_rng(0))
     small = Topology("t", topo.element_ids[:3], topo.names[:3], ((0, 1), (1, 2)))
     with pytest.raises(ValueError, match=r"features: element_id \['e3'\] not in the topology \(3 elements"):
-        frame_tensors(df, small, NAMES, 3, 0.25)
+        file_tensors(feature_files(tmp_path / "features"), small, NAMES, 3, 0.25)
+
+
+def test_features_are_gathered_in_float32_only_where_that_is_exact(tmp_path):
+    from tasks.core.training.frame_tensors import raw_dtype
+
+    def stored(**cols) -> list[str]:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.parquet"
+        pd.DataFrame(cols).to_parquet(path)
+        return [str(path)]
+
+    counts = np.array([0, 2**24], np.int64)
+    assert raw_dtype(stored(a=np.float32([1.5, 2.5]), n=counts), ["a", "n"]) == "float32"
+    assert raw_dtype(stored(a=np.float32([1.5, 2.5]), n=counts + 1), ["a", "n"]) == "float64"  # 2**24 + 1
+    assert raw_dtype(stored(a=np.float32([1.5, 2.5]), n=-counts - 1), ["a"]) == "float32"  # only the names count
+    assert raw_dtype(stored(a=np.float64([1.5, 2.5]), n=counts), ["a", "n"]) == "float64"
