@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tasks.core.arrays import device_room
+from tasks.core.arrays import array_module, device_room
 from tasks.core.config import EvaluateConfig
 from tasks.core.laps import Laps
 from tasks.core.metrics import classification_metrics, lead_times
 from tasks.core.stages.baselines import fit_tree, oracle_scores, read_hidden, stack_scores
 from tasks.core.stages.serving import write_served
 from tasks.core.topology import Topology
-from tasks.core.training.frame_tensors import load_x
+from tasks.core.training.frame_tensors import element_codes, feature_files, has_cudf, load_x, read_file
 from tasks.core.training.model import load_model, normalised_adjacency, score_snapshots
 from tasks.core.yardstick import alert_quality, calibration_error, event_leads, recall_difference, threshold_for_budget
 
@@ -44,13 +44,15 @@ def score_device(tree_device: str) -> str:
 
 
 def model_scores(model_path: Path, data_path: Path, ts: np.ndarray, device: str = "cpu") -> np.ndarray:
-    """Scores [len(ts), E] of the trained model on the snapshots ``ts``, on ``device`` (batches of 256 there)."""
+    """Scores [len(ts), E] of the trained model on the snapshots ``ts``, on ``device`` (batches of 256 there), from
+    X of the steps they look back on alone (built on the GPU from the features where the ranks built theirs)."""
     model, ck = load_model(model_path)
     d = np.load(data_path)
-    x = load_x(data_path, device)  # built on the GPU again from the features where the ranks built theirs
+    lo = max(0, int(ts[0]) - ck["window"] + 1) if len(ts) else 0
+    x = load_x(data_path, device, lo)
     adj = normalised_adjacency(d["indptr"], d["indices"], x.shape[1]).to(device)
     batch = 256 if device == "cuda" else 64
-    return score_snapshots(model.to(device), x, adj, ts, ck["window"], batch=batch).cpu().numpy()
+    return score_snapshots(model.to(device), x, adj, ts - lo, ck["window"], batch=batch).cpu().numpy()
 
 
 META = ("label", "in_fault", "minutes_to_fault")  # beside each row's step (t_us) and element (e_idx)
@@ -60,35 +62,29 @@ def read_rows(features_dir: Path, names: list[str], topo: Topology, gpu: bool) -
     """The rows' time (``t_us``, microseconds), element (``e_idx``, the topology's order), label and rule columns as
     a pandas frame, and the feature matrix [rows, F] in float32 where the tree fits. On the GPU (``gpu``) the
     Parquet is read through cuDF, the index columns computed there and only numbers cross to the host; the matrix
-    stays in GPU memory (CuPy)."""
+    stays in GPU memory (CuPy). One file at a time into the matrix made once: the peak is the matrix and a file."""
+    import pyarrow.parquet as pq
+
     from tasks.core.arrays import micros, to_host
-    from tasks.core.training.frame_tensors import element_codes, feature_files
 
+    files = feature_files(features_dir)
     cols = list(dict.fromkeys(["element_id", "timestamp", *META, *names]))
-    if gpu:
-        import cudf
-
-        f = cudf.read_parquet(feature_files(features_dir), columns=cols)
-        x = f[names].to_cupy(dtype="float32", na_value=np.nan)
-    else:
-        f = pd.read_parquet(feature_files(features_dir), columns=cols)
-        x = f[names].to_numpy(np.float32)
-    rows = f[[*META, *(c for c in RULE_WEIGHTS if c not in META)]]
-    rows = rows.to_pandas() if gpu else rows.copy()
-    rows["t_us"] = to_host(micros(f["timestamp"]))
-    rows["e_idx"] = to_host(element_codes(f["element_id"], topo, features_dir))
-    return rows, x
+    keep = list({**dict.fromkeys(META), **RULE_WEIGHTS})
+    ends = np.cumsum([0, *(pq.read_metadata(f).num_rows for f in files)])
+    x, parts = metrics_module("cuda" if gpu else "cpu").empty((int(ends[-1]), len(names)), np.float32), []
+    for f, a, b in zip(files, ends[:-1], ends[1:]):
+        part = read_file(f, cols, gpu)
+        x[a:b] = part[names].to_cupy(dtype="float32", na_value=np.nan) if gpu else part[names].to_numpy(np.float32)
+        rows = part[keep].to_pandas() if gpu else part[keep].copy()
+        rows["t_us"] = to_host(micros(part["timestamp"]))
+        rows["e_idx"] = to_host(element_codes(part["element_id"], topo, features_dir))
+        parts.append(rows)
+    return pd.concat(parts, ignore_index=True), x
 
 
 def gpu_rows(device: str) -> bool:
     """Rows read into GPU memory where the models score there and cuDF is installed."""
-    if device != "cuda":
-        return False
-    try:
-        import cudf  # noqa: F401
-    except ImportError:  # a CUDA torch without RAPIDS
-        return False
-    return True
+    return device == "cuda" and has_cudf()
 
 
 def metrics_module(device: str):
@@ -105,8 +101,6 @@ def metrics_module(device: str):
 
 def _on(x, mask: np.ndarray):
     """``mask`` on the device of ``x`` (a boolean row selection of a NumPy or CuPy matrix)."""
-    from tasks.core.arrays import array_module
-
     return array_module(x).asarray(mask)
 
 
@@ -132,10 +126,10 @@ def evaluate(
     usable = df["in_fault"].to_numpy() == 0
     step, horizon, train, val = _fit_windows(d, t_idx, usable, horizon_minutes)
     lap("read_rows")
-    y = df["label"].to_numpy()
-    ts = np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive snapshots
-    # the graph model scores while the tree fits, where its tensors fit beside (tree_fit's lap holds both)
-    graph = beside(device_room(x, 2.0), model_scores, model_path, data_path, ts, device)
+    y, ts = df["label"].to_numpy(), np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive
+    # the graph model scores while the tree fits where both fit beside the matrix: the tree's copies of its rows and
+    # quantised matrix (at most 1.5x it), the scored steps' X and a file (tree_fit's lap holds both)
+    graph = beside(device_room(x, 2.5 - ts[0] / len(times)), model_scores, model_path, data_path, ts, device)
     tree = fit_tree(x[_on(x, train)], y[train], x[_on(x, val)], y[val], seed, cfg.tree_device)
     lap("tree_fit")
     span = t_idx >= ts[0]
