@@ -81,37 +81,47 @@ def increment_runs(cfg, profile: str, overrides: list[str]) -> list[dict[str, An
 
 def scale_runs(cfg, profile: str, overrides: list[str]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
     """The GPU path at each of ``bench.<size>.scale_factors`` times the profile's days, a pipeline run (subflow) each
-    in a fresh store, over the first days of one simulation of the largest (``tasks.core.benchmarks.scale``)."""
+    in a fresh store: the smallest over its own simulation, the others over the first days of one simulation of the
+    largest the disk holds (``tasks.core.benchmarks.scale``)."""
     from pathlib import Path
 
-    from tasks.core.benchmarks.scale import EXPORTS, link_days, measure, next_factor
+    from tasks.core.benchmarks.scale import EXPORTS, link_days, measure, next_factor, plan_sizes
 
     size = cfg.bench.sized
     factors = sorted(set(size.scale_factors))
     days, topology = size.scale_days or cfg.workload.days, size.scale_topology or cfg.workload.topology
     spec = {"profile": profile, "topology": topology, "base_days": days, "factors": factors}
-    most = load_config(profile, [*overrides, f"workload.topology={topology}", f"workload.days={days * factors[-1]}"])
-    exports = Path(value(simulate_task(most.workload, store_root(cfg.paths.root))).path)
     work = Path(cfg.bench.work).resolve() / "scale"
     work.mkdir(parents=True, exist_ok=True)
-    records: list[dict[str, Any]] = []
-    notes: list[str] = []
-    per_factor = None
-    for factor in factors:
-        run_factor, why = next_factor(factor, per_factor, shutil.disk_usage(work).free, [r["factor"] for r in records])
-        notes += [why] if why else []
-        if run_factor is None:
-            break
 
-        def run(root: Path, n: int = days * run_factor) -> dict[str, Any]:
-            link_days(exports, root / EXPORTS, n)
+    def exports(factor: int) -> Path:
+        sets = [*overrides, f"workload.topology={topology}", f"workload.days={days * factor}"]
+        return Path(value(simulate_task(load_config(profile, sets).workload, store_root(cfg.paths.root))).path)
+
+    def measured(src: Path, factor: int) -> dict[str, Any]:
+        def run(root: Path) -> dict[str, Any]:
+            link_days(src, root / EXPORTS, days * factor)
             sets, raw = [*overrides, f"paths.root={root}"], str(root / EXPORTS)
             return fault_prediction_pipeline(profile=profile, topology=topology, raw=raw, overrides=sets)
 
-        records.append(measure(run, run_factor, days * run_factor, work))
+        return measure(run, factor, days * factor, work)
+
+    records = [measured(exports(factors[0]), factors[0])]
+    first = records[0]
+    if first["status"] != "completed" or len(factors) == 1:
+        return records, [], spec
+    per_factor = (first["store_bytes"] + first["raw_bytes"]) / factors[0]
+    planned, notes = plan_sizes(factors[1:], per_factor, shutil.disk_usage(work).free, [factors[0]])
+    src = exports(max(planned)) if planned else None
+    for factor in planned:
+        per_store = max(r["store_bytes"] / r["factor"] for r in records)  # the exports are on disk by now
+        run_factor, why = next_factor(factor, per_store, shutil.disk_usage(work).free, [r["factor"] for r in records])
+        notes += [why] if why else []
+        if run_factor is None:
+            break
+        records.append(measured(src, run_factor))
         if records[-1]["status"] != "completed" or why:
             break  # a failed size, or the largest the disk holds: nothing larger runs
-        per_factor = max(per_factor or 0.0, records[-1]["store_bytes"] / run_factor)
     return records, notes, spec
 
 

@@ -55,7 +55,9 @@ step() { echo "== $(date +%T) $*" | tee -a $R/steps.log; }
 presimulate() {  # as soon as the venv can import the simulator: the same content-addressed raw stage as the run's
   # a warm machine's second chain finds the venv up to date (setup then prints neither of the first two)
   for _ in $(seq 300); do grep -q "Horovod (\|ready in\|is up to date" $R/install.log 2>/dev/null && break; sleep 2; done
-  PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 &
+  case " ${STEPS:-} " in *" ingest "*|*" profile "*)  # the ingest bench's exports, where a step reads them
+  PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 & ;;
+  esac
   PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
   echo "simulate rc=$?" >> $R/steps.log; wait; echo "simulate bench rc=$?" >> $R/steps.log
 }
@@ -89,6 +91,7 @@ chain() {
   else python3 -m deployments.setup install --bundle /tmp/fl/bundle > $R/install.log 2>&1; fi
   echo "install rc=$? in $(( $(date +%s) - t0 )) s" | tee $R/install_time.txt >> $R/steps.log
   wait $SIM
+  df -h /tmp | tail -1 | sed 's/^/  disk: /' >> $R/steps.log
   RUN=""
   for s in ${STEPS:-doctor run check util features tests e2e}; do
     step "$s"

@@ -3,11 +3,11 @@ same network), each a whole pipeline run in a fresh store: stage times, the peak
 visible GPUs), the peak resident memory of the run's processes (the flow's own, the JVM, Dask's workers, the
 training ranks) and the bytes the run wrote.
 
-The exports are simulated once, for the largest factor's days; each size reads the first days of them (hard links,
-no copy). Before each size the disk its store needs is estimated from the smaller sizes' bytes per factor; a size
-the free disk cannot hold is not started: the largest factor that fits runs instead, and the report says the disk
-bounded it. Each store is deleted once measured, so a size has the disk to itself. Single runs: a repeat costs
-minutes.
+The smallest size runs over a simulation of its own days. Its exports' and store's bytes per factor then say which
+larger sizes the free disk holds (``plan_sizes``): the exports are simulated once for the largest of them, and each
+size reads the first days (hard links, no copy). A size the free disk cannot hold is not simulated or started: the
+largest whole factor that fits runs instead, and the report says the disk bounded it. Each store is deleted once
+measured, so a size has the disk to itself. Single runs: a repeat costs minutes.
 """
 
 from __future__ import annotations
@@ -115,6 +115,23 @@ def next_factor(
     if fits > max(done, default=0):
         return fits, f"{why}: ran {fits}x, the largest that fits"
     return None, f"{why}: nothing larger than {max(done, default=0)}x fits"
+
+
+def plan_sizes(rest: list[int], bytes_per_factor: float, free: int, done: list[int]) -> tuple[list[int], list[str]]:
+    """The factors to run after ``done`` where each needs ``bytes_per_factor`` a factor (its exports and its store):
+    those of ``rest`` the free disk holds, the last of them replaced by the largest whole factor that fits where
+    it does not (``next_factor``), and why a factor was replaced or dropped."""
+    planned: list[int] = []
+    notes: list[str] = []
+    for factor in rest:
+        run_factor, why = next_factor(factor, bytes_per_factor, free, [*done, *planned])
+        notes += [why] if why else []
+        if run_factor is None:
+            break
+        planned.append(run_factor)
+        if why:
+            break
+    return planned, notes
 
 
 def run_record(factor: int, days: int, summary: dict[str, Any], peaks: dict[str, Any], disk: int) -> dict[str, Any]:

@@ -52,6 +52,19 @@ def test_a_failed_size_is_reported_and_not_judged():
     assert "growth" not in rep and rep["failed"] == [{"factor": 4, "error": "OutOfMemoryError: CUDA"}]
 
 
+def test_the_sizes_planned_are_those_whose_exports_and_store_fit():
+    from tasks.core.benchmarks.scale import plan_sizes
+
+    # 1 000 bytes a factor, 7 000 free: 5 950 may be planned, so 4x fits and 8x gives way to 5x
+    assert plan_sizes([4, 8], 1_000, 7_000, [1]) == (
+        [4, 5],
+        ["8x needs about 0.0 GB of disk, 0.0 GB free (at most 85% of it planned): ran 5x, the largest that fits"],
+    )
+    assert plan_sizes([4, 8], 1_000, 100_000, [1]) == ([4, 8], [])
+    none = "4x needs about 0.0 GB of disk, 0.0 GB free (at most 85% of it planned): nothing larger than 1x fits"
+    assert plan_sizes([4, 8], 1_000, 2_000, [1]) == ([], [none])
+
+
 def test_peaks_keep_the_highest_sample_and_no_gpu_figure_without_a_gpu():
     gpu, host = iter([5, 9, 7, 7]), iter([100, 300, 200, 200])
     p = Peaks(gpu=lambda: next(gpu), host=lambda: next(host))
