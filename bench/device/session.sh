@@ -163,7 +163,7 @@ PY
       manifests /tmp/fl/root/store e2e ;;  # both paths' stage manifests, by fingerprint
     scale) $FL bench scale --profile gpu $(for o in ${SCALE_SET:-}; do echo --set $o; done) --results $R \
         --work /tmp/fl/bench --json > $R/scale.log 2>&1
-      echo "scale rc=$?" >> $R/steps.log
+      echo "scale rc=$?" >> $R/steps.log; mkdir -p $R/manifests; cp -r /tmp/fl/bench/scale/*-manifests $R/manifests/ 2>/dev/null
       python3 - $R/e2e_scale.json >> $R/steps.log 2>&1 <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -240,5 +240,16 @@ def measure(run, factor: int, days: int, work: Path) -> dict[str, Any]:
     record["wall_s"] = round(time.perf_counter() - started, 3)
     if summary.get("error"):
         record["error"] = summary["error"]
+    keep_manifests(root, work / f"{factor}x-manifests")
     shutil.rmtree(root, ignore_errors=True)
     return record
+
+
+def keep_manifests(root: Path, dest: Path) -> None:
+    """Each stage manifest under ``root`` as ``dest/<stage>.json`` (where a size's time went, after its store is
+    deleted); a stage run more than once keeps its newest."""
+    shutil.rmtree(dest, ignore_errors=True)
+    found = sorted(root.glob("**/store/*/*/_manifest.json"), key=lambda p: p.stat().st_mtime) if root.exists() else []
+    for m in found:
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(m, dest / f"{m.parent.parent.name}.json")

@@ -100,14 +100,17 @@ def test_the_first_days_are_linked_and_a_linked_file_counts_once(tmp_path):
 def test_a_size_is_measured_its_store_deleted_and_a_failure_recorded(tmp_path):
     def run(root: Path) -> dict:
         link_days(_exports(tmp_path / "src", 2), root / EXPORTS, 2)
-        (root / "store").mkdir()
+        (root / "store" / "train" / "abc").mkdir(parents=True)
         (root / "store" / "lake.parquet").write_bytes(b"z" * 1000)
+        (root / "store" / "train" / "abc" / "_manifest.json").write_text('{"seconds": 3.0}')
         stages = {"ingest": {"seconds": 2.0, "rows_in": 500}, "train": {"seconds": 3.0}}
         return {"status": "completed", "stages": stages}
 
     rec = measure(run, 2, 4, tmp_path / "work")
     assert (rec["factor"], rec["days"], rec["kpi_rows"], rec["total_s"], rec["status"]) == (2, 4, 500, 5.0, "completed")
-    assert (rec["raw_bytes"], rec["store_bytes"]) == (2 + 200 + 20, 1000) and not (tmp_path / "work" / "2x").exists()
+    assert (rec["raw_bytes"], rec["store_bytes"]) == (2 + 200 + 20, 1000 + 16)  # the manifest too
+    assert not (tmp_path / "work" / "2x").exists()
+    assert json.loads((tmp_path / "work" / "2x-manifests" / "train.json").read_text()) == {"seconds": 3.0}
 
     def oom(root: Path) -> dict:
         raise MemoryError("the host ran out")
