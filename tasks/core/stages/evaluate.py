@@ -62,24 +62,24 @@ def read_rows(features_dir: Path, names: list[str], topo: Topology, gpu: bool) -
     """The rows' time (``t_us``, microseconds), element (``e_idx``, the topology's order), label and rule columns as
     a pandas frame, and the feature matrix [rows, F] in float32 where the tree fits. On the GPU (``gpu``) the
     Parquet is read through cuDF, the index columns computed there and only numbers cross to the host; the matrix
-    stays in GPU memory (CuPy). One file at a time into the matrix made once: the peak is the matrix and a file."""
+    stays in GPU memory (CuPy), filled one file at a time: the peak is the matrix and a file's features."""
     import pyarrow.parquet as pq
 
     from tasks.core.arrays import micros, to_host
 
     files = feature_files(features_dir)
-    cols = list(dict.fromkeys(["element_id", "timestamp", *META, *names]))
     keep = list({**dict.fromkeys(META), **RULE_WEIGHTS})
-    ends = np.cumsum([0, *(pq.read_metadata(f).num_rows for f in files)])
-    x, parts = metrics_module("cuda" if gpu else "cpu").empty((int(ends[-1]), len(names)), np.float32), []
-    for f, a, b in zip(files, ends[:-1], ends[1:]):
-        part = read_file(f, cols, gpu)
-        x[a:b] = part[names].to_cupy(dtype="float32", na_value=np.nan) if gpu else part[names].to_numpy(np.float32)
-        rows = part[keep].to_pandas() if gpu else part[keep].copy()
-        rows["t_us"] = to_host(micros(part["timestamp"]))
-        rows["e_idx"] = to_host(element_codes(part["element_id"], topo, features_dir))
-        parts.append(rows)
-    return pd.concat(parts, ignore_index=True), x
+    f = read_file(files, ["element_id", "timestamp", *keep], gpu)  # the narrow columns of every row at once
+    rows = f[keep].to_pandas() if gpu else f[keep].copy()
+    rows["t_us"] = to_host(micros(f["timestamp"]))
+    rows["e_idx"] = to_host(element_codes(f["element_id"], topo, features_dir))
+    del f
+    ends = np.cumsum([0, *(pq.read_metadata(p).num_rows for p in files)])
+    x = metrics_module("cuda" if gpu else "cpu").empty((int(ends[-1]), len(names)), np.float32)
+    for p, a, b in zip(files, ends[:-1], ends[1:]):
+        part = read_file(p, names, gpu)
+        x[a:b] = part.to_cupy(dtype="float32", na_value=np.nan) if gpu else part.to_numpy(np.float32)
+    return rows, x
 
 
 def gpu_rows(device: str) -> bool:
@@ -100,8 +100,10 @@ def metrics_module(device: str):
 
 
 def _on(x, mask: np.ndarray):
-    """``mask`` on the device of ``x`` (a boolean row selection of a NumPy or CuPy matrix)."""
-    return array_module(x).asarray(mask)
+    """The rows ``mask`` selects, as indices on the device of ``x``. A boolean mask would do on NumPy, but CuPy
+    broadcasts a row mask to the whole matrix and prefix-sums it, in int64 past 2**31 elements: twice the matrix's
+    bytes (41 GB at 4x the gpu profile's rows); indices take only the rows."""
+    return array_module(x).asarray(np.flatnonzero(mask))
 
 
 def evaluate(

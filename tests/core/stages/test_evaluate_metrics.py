@@ -240,3 +240,14 @@ def test_there_is_no_device_room_for_a_host_array():
     from tasks.core.arrays import device_room
 
     assert device_room(np.zeros(4), 0.0) is False  # scored after the tree on the CPU: both would share the cores
+
+
+def test_rows_are_selected_by_index_not_by_a_mask_over_the_matrix():
+    from tasks.core.stages.evaluate import _on
+
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    rows = np.array([True, False, True, True, False, False])
+    idx = _on(x, rows)
+    assert idx.dtype.kind == "i" and idx.tolist() == [0, 2, 3]
+    np.testing.assert_array_equal(x[idx], x[rows])
+    assert x[_on(x, np.zeros(6, bool))].shape == (0, 2)
