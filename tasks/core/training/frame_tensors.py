@@ -53,8 +53,9 @@ def feature_files(features_dir: Path) -> list[str]:
     return files
 
 
-def read_file(path: str, columns: list[str], gpu: bool):
-    """Some columns of one features file, as a cuDF frame in GPU memory (``gpu``) or a pandas frame."""
+def read_file(path: str | list[str], columns: list[str], gpu: bool):
+    """Some columns of a features file (or of several, in order), as a cuDF frame in GPU memory (``gpu``) or a
+    pandas frame."""
     if gpu:
         import cudf
 
