@@ -54,15 +54,17 @@ class Peaks:
         self.gpu_bytes: int | None = None
         self.host_bytes = 0
         self.samples = 0
+        self.series: list[tuple[float, int | None, int]] = []  # (epoch seconds, GPU bytes, host bytes)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        used = self._gpu()
+        used, host = self._gpu(), self._host()
         if used is not None:
             self.gpu_bytes = max(self.gpu_bytes or 0, used)
-        self.host_bytes = max(self.host_bytes, self._host())
+        self.host_bytes = max(self.host_bytes, host)
         self.samples += 1
+        self.series.append((time.time(), used, host))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -86,6 +88,24 @@ class Peaks:
             "peak_host_memory_bytes": self.host_bytes,
             "samples": self.samples,
         }
+
+
+def stage_peaks(series: list[tuple[float, int | None, int]], manifests: dict[str, dict]) -> dict[str, dict]:
+    """Per stage, the highest GPU and host memory sampled while it ran: from its manifest's ``written_at`` (to the
+    second) less its ``seconds`` to the end of that second."""
+    from datetime import datetime
+
+    out = {}
+    for stage, m in manifests.items():
+        end = datetime.fromisoformat(m["written_at"].replace("Z", "+00:00")).timestamp() + 1.0
+        inside = [(g, h) for t, g, h in series if end - 1.0 - m["seconds"] <= t <= end]
+        gpu = [g for g, _ in inside if g is not None]
+        out[stage] = {
+            "peak_gpu_memory_bytes": max(gpu) if gpu else None,
+            "peak_host_memory_bytes": max((h for _, h in inside), default=None),
+            "samples": len(inside),
+        }
+    return out
 
 
 def dir_bytes(path: Path) -> int:
@@ -240,16 +260,21 @@ def measure(run, factor: int, days: int, work: Path) -> dict[str, Any]:
     record["wall_s"] = round(time.perf_counter() - started, 3)
     if summary.get("error"):
         record["error"] = summary["error"]
-    keep_manifests(root, work / f"{factor}x-manifests")
+    record["stage_peaks"] = stage_peaks(peaks.series, keep_manifests(root, work / f"{factor}x-manifests"))
     shutil.rmtree(root, ignore_errors=True)
     return record
 
 
-def keep_manifests(root: Path, dest: Path) -> None:
+def keep_manifests(root: Path, dest: Path) -> dict[str, dict]:
     """Each stage manifest under ``root`` as ``dest/<stage>.json`` (where a size's time went, after its store is
-    deleted); a stage run more than once keeps its newest."""
+    deleted), the newest where a stage ran more than once; returns them by stage."""
+    import json
+
     shutil.rmtree(dest, ignore_errors=True)
     found = sorted(root.glob("**/store/*/*/_manifest.json"), key=lambda p: p.stat().st_mtime) if root.exists() else []
+    kept = {}
     for m in found:
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(m, dest / f"{m.parent.parent.name}.json")
+        kept[m.parent.parent.name] = json.loads(m.read_text())
+    return kept

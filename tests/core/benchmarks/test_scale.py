@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,6 +66,20 @@ def test_the_sizes_planned_are_those_whose_exports_and_store_fit():
     assert plan_sizes([4, 8], 1_000, 2_000, [1]) == ([], [none])
 
 
+def test_each_stage_s_peaks_are_those_sampled_while_it_ran():
+    from tasks.core.benchmarks.scale import stage_peaks
+
+    t0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    series = [(t0 + i, 10 * i if i != 3 else None, 100 + i) for i in range(10)]  # one sample a second
+    manifests = {
+        "ingest": {"written_at": "2027-01-15T08:00:03Z", "seconds": 2.5},  # ran from 0.5 s to 3.x s
+        "train": {"written_at": "2027-01-15T08:00:08Z", "seconds": 2.0},  # 6.x s to 8.x s
+    }
+    peaks = stage_peaks(series, manifests)
+    assert peaks["ingest"] == {"peak_gpu_memory_bytes": 40, "peak_host_memory_bytes": 104, "samples": 4}  # 1-4 s
+    assert peaks["train"] == {"peak_gpu_memory_bytes": 90, "peak_host_memory_bytes": 109, "samples": 4}
+
+
 def test_peaks_keep_the_highest_sample_and_no_gpu_figure_without_a_gpu():
     gpu, host = iter([5, 9, 7, 7]), iter([100, 300, 200, 200])
     p = Peaks(gpu=lambda: next(gpu), host=lambda: next(host))
@@ -102,15 +117,18 @@ def test_a_size_is_measured_its_store_deleted_and_a_failure_recorded(tmp_path):
         link_days(_exports(tmp_path / "src", 2), root / EXPORTS, 2)
         (root / "store" / "train" / "abc").mkdir(parents=True)
         (root / "store" / "lake.parquet").write_bytes(b"z" * 1000)
-        (root / "store" / "train" / "abc" / "_manifest.json").write_text('{"seconds": 3.0}')
+        manifest = {"seconds": 3.0, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (root / "store" / "train" / "abc" / "_manifest.json").write_text(json.dumps(manifest))
         stages = {"ingest": {"seconds": 2.0, "rows_in": 500}, "train": {"seconds": 3.0}}
         return {"status": "completed", "stages": stages}
 
     rec = measure(run, 2, 4, tmp_path / "work")
     assert (rec["factor"], rec["days"], rec["kpi_rows"], rec["total_s"], rec["status"]) == (2, 4, 500, 5.0, "completed")
-    assert (rec["raw_bytes"], rec["store_bytes"]) == (2 + 200 + 20, 1000 + 16)  # the manifest too
+    manifest_bytes = len((tmp_path / "work" / "2x-manifests" / "train.json").read_bytes())
+    assert (rec["raw_bytes"], rec["store_bytes"]) == (2 + 200 + 20, 1000 + manifest_bytes)
     assert not (tmp_path / "work" / "2x").exists()
-    assert json.loads((tmp_path / "work" / "2x-manifests" / "train.json").read_text()) == {"seconds": 3.0}
+    assert json.loads((tmp_path / "work" / "2x-manifests" / "train.json").read_text())["seconds"] == 3.0
+    assert set(rec["stage_peaks"]) == {"train"} and rec["stage_peaks"]["train"]["samples"] >= 1
 
     def oom(root: Path) -> dict:
         raise MemoryError("the host ran out")
