@@ -202,11 +202,18 @@ def plot_scale(report: dict[str, Any], path: Path) -> Path:
     done = [r for r in report["runs"] if r.get("status") == "completed"]
     rows = [r["kpi_rows"] / 1e6 for r in done]
     fig, (ax, mem) = plt.subplots(1, 2, figsize=(11, 4))
-    bottom = [0.0] * len(done)
+    shown = [r for r in report["runs"] if r.get("stages_s") and r.get("kpi_rows")]  # a failed size: what finished
+    labels = [f"{r['factor']}x\n{r['kpi_rows'] / 1e6:.0f} M rows" for r in shown]
+    bottom = [0.0] * len(shown)
     for s in STAGES:
-        vals = [r["stages_s"].get(s, 0.0) for r in done]
-        ax.bar([f"{r['factor']}x\n{m:.0f} M rows" for r, m in zip(done, rows)], vals, bottom=bottom, label=s)
+        vals = [r["stages_s"].get(s, 0.0) for r in shown]
+        for bar, r in zip(ax.bar(labels, vals, bottom=bottom, label=s), shown):
+            bar.set_hatch("//" if r.get("status") != "completed" else "")
         bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, r in enumerate(shown):
+        if r.get("status") != "completed":
+            ax.annotate(f"failed in {r.get('failed_in')}", (i, bottom[i]), ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, max(bottom, default=1.0) * 1.12)
     ax.set_ylabel("seconds (sum of stages)")
     ax.set_title(f"GPU path from raw on {report.get('device', 'this host')}")
     ax.legend(fontsize=8)
@@ -215,6 +222,10 @@ def plot_scale(report: dict[str, Any], path: Path) -> Path:
     disk = [r["disk_bytes"] / 2**30 for r in done]
     for vals, label, marker in ((gpu, "peak GPU memory", "o"), (host, "peak host memory", "s"), (disk, "disk", "^")):
         mem.plot(rows, vals, marker=marker, label=label)
+    for stage in ("train", "evaluate"):  # what the pools of validate and ingest hide in the run's peak
+        per = [((r.get("stage_peaks") or {}).get(stage) or {}).get("peak_gpu_memory_bytes") for r in done]
+        if all(v is not None for v in per) and per:
+            mem.plot(rows, [v / 2**30 for v in per], marker="o", linestyle="--", label=f"peak GPU memory, {stage}")
     mem.set_xlabel("KPI rows (millions)")
     mem.set_ylabel("GiB")
     mem.legend(fontsize=8)
@@ -260,7 +271,12 @@ def measure(run, factor: int, days: int, work: Path) -> dict[str, Any]:
     record["wall_s"] = round(time.perf_counter() - started, 3)
     if summary.get("error"):
         record["error"] = summary["error"]
-    record["stage_peaks"] = stage_peaks(peaks.series, keep_manifests(root, work / f"{factor}x-manifests"))
+    kept = keep_manifests(root, work / f"{factor}x-manifests")
+    record["stage_peaks"] = stage_peaks(peaks.series, kept)
+    if record["status"] != "completed":  # the stages that finished before the failure, from their own manifests
+        record["stages_s"] = {st: round(kept[st]["seconds"], 3) for st in STAGES if st in kept}
+        record["kpi_rows"] = kept["ingest"].get("rows_in") if "ingest" in kept else None
+        record["failed_in"] = next((st for st in STAGES if st not in kept), None)
     shutil.rmtree(root, ignore_errors=True)
     return record
 

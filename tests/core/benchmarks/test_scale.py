@@ -135,6 +135,17 @@ def test_a_size_is_measured_its_store_deleted_and_a_failure_recorded(tmp_path):
 
     bad = measure(oom, 8, 16, tmp_path / "work")
     assert bad["status"] == "failed" and bad["error"] == "MemoryError: the host ran out" and bad["disk_bytes"] == 0
+    assert (bad["failed_in"], bad["stages_s"]) == ("validate", {})  # no stage finished
+
+    def late_oom(root: Path) -> dict:  # the stages before evaluate finished and wrote their manifests
+        for stage, seconds in (("validate", 4.0), ("ingest", 2.0), ("features", 1.0), ("train", 3.0)):
+            (root / "store" / stage / "fp").mkdir(parents=True)
+            manifest = {"seconds": seconds, "rows_in": 500, "written_at": "2027-01-15T08:00:00Z"}
+            (root / "store" / stage / "fp" / "_manifest.json").write_text(json.dumps(manifest))
+        raise MemoryError("out of memory in evaluate")
+
+    late = measure(late_oom, 4, 8, tmp_path / "work")
+    assert (late["failed_in"], late["kpi_rows"], sum(late["stages_s"].values())) == ("evaluate", 500, 10.0)
 
 
 def test_the_suite_runs_each_size_over_its_days_and_stops_where_the_disk_ends(tmp_path, monkeypatch):
