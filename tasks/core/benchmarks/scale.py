@@ -273,12 +273,18 @@ def measure(run, factor: int, days: int, work: Path) -> dict[str, Any]:
         record["error"] = summary["error"]
     kept = keep_manifests(root, work / f"{factor}x-manifests")
     record["stage_peaks"] = stage_peaks(peaks.series, kept)
-    if record["status"] != "completed":  # the stages that finished before the failure, from their own manifests
-        record["stages_s"] = {st: round(kept[st]["seconds"], 3) for st in STAGES if st in kept}
-        record["kpi_rows"] = kept["ingest"].get("rows_in") if "ingest" in kept else None
-        record["failed_in"] = next((st for st in STAGES if st not in kept), None)
+    if record["status"] != "completed":
+        finished_stages(record, kept)
     shutil.rmtree(root, ignore_errors=True)
     return record
+
+
+def finished_stages(record: dict[str, Any], manifests: dict[str, dict]) -> None:
+    """A failed size's record completed from its stages' own manifests: the seconds of those that finished, its rows
+    and the stage it failed in."""
+    record["stages_s"] = {st: round(manifests[st]["seconds"], 3) for st in STAGES if st in manifests}
+    record["kpi_rows"] = manifests["ingest"].get("rows_in") if "ingest" in manifests else None
+    record["failed_in"] = next((st for st in STAGES if st not in manifests), None)
 
 
 def keep_manifests(root: Path, dest: Path) -> dict[str, dict]:
