@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,6 +25,49 @@ LEARNING_RATE = 0.08
 MAX_ROUNDS, PATIENCE, FIXED_ROUNDS = 1000, 20, 200
 
 
+CHUNK_ROWS = 1 << 24  # rows handed to XGBoost at a time: one batch below this, as a plain array would be
+
+
+@dataclass
+class Rows:
+    """The rows ``idx`` (indices on the matrix's device; all rows where None) of the matrix ``x``, not copied:
+    XGBoost is handed ``CHUNK_ROWS`` of them at a time, so the copy is a chunk, not every selected row."""
+
+    x: Any
+    idx: Any = None
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0] if self.idx is None else len(self.idx))
+
+    def chunks(self):
+        for a in range(0, len(self), CHUNK_ROWS):
+            yield a, (self.x[a : a + CHUNK_ROWS] if self.idx is None else self.x[self.idx[a : a + CHUNK_ROWS]])
+
+
+def quantile_matrix(rows: Rows, y, ref=None):
+    """XGBoost's quantised matrix of ``rows`` and their labels ``y`` (on the rows' device), fed a chunk at a time
+    through its DataIter (one chunk gives the same matrix as the array itself)."""
+    import xgboost as xgb
+
+    class Feed(xgb.DataIter):
+        def __init__(self) -> None:
+            self.parts = None
+            super().__init__()
+
+        def next(self, input_data) -> bool:
+            self.parts = self.parts or rows.chunks()
+            a, x = next(self.parts, (None, None))
+            if x is None:
+                return False
+            input_data(data=x, label=y[a : a + len(x)])
+            return True
+
+        def reset(self) -> None:
+            self.parts = None
+
+    return xgb.QuantileDMatrix(Feed(), ref=ref)
+
+
 @dataclass
 class Tree:
     """A fitted booster and how it was chosen: its grid point, rounds, device and the validation score."""
@@ -36,10 +80,13 @@ class Tree:
 
     def predict_proba(self, x) -> np.ndarray:
         """[P(no fault), P(fault)] per row of ``x`` (NumPy, or CuPy: predicted where it lives, returned on the
-        host)."""
+        host; or ``Rows`` of either, a chunk at a time)."""
         import xgboost as xgb
 
-        if hasattr(x, "__cuda_array_interface__"):
+        if isinstance(x, Rows):
+            parts = [self.predict_proba(chunk)[:, 1] for _, chunk in x.chunks()]
+            p = np.concatenate(parts) if parts else np.zeros(0)
+        elif hasattr(x, "__cuda_array_interface__"):
             p = self.booster.inplace_predict(x, iteration_range=(0, self.n_iter_)).get()
         else:
             p = self.booster.predict(xgb.DMatrix(x), iteration_range=(0, self.n_iter_))
@@ -77,19 +124,20 @@ def _params(point: dict, seed: int, device: str) -> dict:
 def fit_tree(x, y, xv, yv, seed: int, device: str = "auto") -> Tree:
     """XGBoost on the training rows ``x``, ``y``: each grid point stopped early (patience ``PATIENCE``) on the
     validation window's rows ``xv``, ``yv``, the one with the best validation PR-AUC kept. Without validation rows:
-    the middle grid point for a fixed ``FIXED_ROUNDS`` (nothing to tune on). ``x`` and ``xv`` may be CuPy arrays:
-    the DMatrix is then built in GPU memory."""
+    the middle grid point for a fixed ``FIXED_ROUNDS`` (nothing to tune on). ``x`` and ``xv`` may be CuPy arrays
+    (the DMatrix is then built in GPU memory) and either may be ``Rows`` of a larger matrix."""
     import xgboost as xgb
 
     from tasks.core.arrays import array_module
 
-    device, xp = tree_device(device), array_module(x)
+    x, xv = (a if isinstance(a, Rows) else Rows(a) for a in (x, xv))
+    device, xp = tree_device(device), array_module(x.x)
     y, yv = xp.asarray(y), xp.asarray(yv)
-    dtrain = xgb.QuantileDMatrix(x, y)
+    dtrain = quantile_matrix(x, y)
     if len(yv) == 0 or yv.min() == yv.max():  # nothing to stop on or rank by
         booster = xgb.train(_params(TREE_GRID[1], seed, device), dtrain, FIXED_ROUNDS)
         return Tree(booster, TREE_GRID[1], FIXED_ROUNDS, device, float("nan"))
-    dval = xgb.QuantileDMatrix(xv, yv, ref=dtrain)
+    dval = quantile_matrix(xv, yv, ref=dtrain)
     best = None
     for point in TREE_GRID:
         booster = xgb.train(

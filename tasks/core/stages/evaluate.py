@@ -15,7 +15,7 @@ from tasks.core.arrays import array_module, device_room
 from tasks.core.config import EvaluateConfig
 from tasks.core.laps import Laps
 from tasks.core.metrics import classification_metrics, lead_times
-from tasks.core.stages.baselines import fit_tree, oracle_scores, read_hidden, stack_scores
+from tasks.core.stages.baselines import Rows, fit_tree, oracle_scores, read_hidden, stack_scores
 from tasks.core.stages.serving import write_served
 from tasks.core.topology import Topology
 from tasks.core.training.frame_tensors import element_codes, feature_files, has_cudf, load_x, read_file
@@ -129,14 +129,14 @@ def evaluate(
     step, horizon, train, val = _fit_windows(d, t_idx, usable, horizon_minutes)
     lap("read_rows")
     y, ts = df["label"].to_numpy(), np.concatenate([d["val_t"], test_t])  # validation, then test: consecutive
-    # the graph model scores while the tree fits where both fit beside the matrix: the tree's copies of its rows and
-    # quantised matrix (at most 1.5x it), the scored steps' X and a file (tree_fit's lap holds both)
-    graph = beside(device_room(x, 2.5 - ts[0] / len(times)), model_scores, model_path, data_path, ts, device)
-    tree = fit_tree(x[_on(x, train)], y[train], x[_on(x, val)], y[val], seed, cfg.tree_device)
+    # the graph model scores while the tree fits where both fit beside the matrix: the tree's chunk of rows and
+    # quantised matrix (at most 1x it), the scored steps' X and a file (tree_fit's lap holds both)
+    graph = beside(device_room(x, 2.1 - ts[0] / len(times)), model_scores, model_path, data_path, ts, device)
+    tree = fit_tree(Rows(x, _on(x, train)), y[train], Rows(x, _on(x, val)), y[val], seed, cfg.tree_device)
     lap("tree_fit")
     span = t_idx >= ts[0]
     rows = df[span].reset_index(drop=True)
-    scores = {"tree": tree.predict_proba(x[_on(x, span)])[:, 1]}
+    scores = {"tree": tree.predict_proba(Rows(x, _on(x, span)))[:, 1]}
     del x
     lap("tree_predict")
     hidden = read_hidden(raw) if raw and cfg.oracles else None
