@@ -80,63 +80,82 @@ def _dirty_cells(cells: dict, kind: np.ndarray, col_pick: np.ndarray) -> dict[in
     return notes
 
 
-def _malform(lines: np.ndarray, kind: np.ndarray, rng: np.random.Generator, notes: dict) -> None:
-    """Truncated exports (too few fields) or a non-numeric token in a numeric column, in place."""
-    for i in np.flatnonzero(kind == "malformed"):
-        fields = lines[i].split(",")
-        if rng.random() < 0.5:
-            lines[i] = ",".join(fields[: int(rng.integers(2, len(fields) - 1))])
-        else:
-            j = int(rng.integers(2, len(fields)))
-            fields[j] = "n/a#"
-            lines[i] = ",".join(fields)
-        notes[i] = ("malformed", "")
+def _lines(kpi: pd.DataFrame, rows) -> list[str]:
+    """The export's text of some rows as they are, no dirt (the same text ``kpi_text`` makes of them)."""
+    part = kpi.iloc[np.asarray(rows, dtype=np.int64)]
+    return [",".join(row) for row in zip(*(_as_text(part[c]) for c in KPI_NAMES))]
 
 
-def _arrivals(lines, kind, rng, late_in: list[str], last_day: bool):
+def _malformed(clean: str, rng: np.random.Generator) -> str:
+    """A truncated export (too few fields) or a non-numeric token in a numeric column."""
+    fields = clean.split(",")
+    if rng.random() < 0.5:
+        return ",".join(fields[: int(rng.integers(2, len(fields) - 1))])
+    j = int(rng.integers(2, len(fields)))
+    fields[j] = "n/a#"
+    return ",".join(fields)
+
+
+def _arrival_order(n: int, kind, rng, n_late_in: int, last_day: bool):
     """The order rows arrive in: out-of-order rows moved, some held back for tomorrow (``late``), re-sent
-    duplicates a little later, yesterday's late rows mixed in. Returns (lines, keys, origin, late)."""
-    n = len(lines)
+    duplicates a little later, yesterday's ``n_late_in`` late rows mixed in. Returns (keys, origin, late): each
+    arriving line's sort key and origin (a row; -1 - row: its re-sent copy; n + j: yesterday's j-th late row)."""
     keys = np.arange(n, dtype=float)
     ooo = np.flatnonzero(kind == "out_of_order")
     late = ooo[rng.random(len(ooo)) < 0.3] if not last_day else ooo[:0]
     keys[ooo] = rng.uniform(0, n, len(ooo))
-    out_lines, out_keys, origin = list(lines), list(keys), list(range(n))
+    out_keys, origin = list(keys), list(range(n))
     for i in np.flatnonzero(kind == "duplicate"):  # the re-sent copy arrives a little later in the same export
-        out_lines.append(lines[i])
         out_keys.append(i + float(rng.uniform(1, 60)))
         origin.append(-1 - i)
-    for j, line in enumerate(late_in):  # yesterday's late rows land in today's export
-        out_lines.append(line)
+    for j in range(n_late_in):  # yesterday's late rows land in today's export
         out_keys.append(float(rng.uniform(0, n)))
-        origin.append(n + j)  # >= n: a late row from yesterday
-    return out_lines, out_keys, origin, set(late.tolist())
+        origin.append(n + j)
+    return out_keys, origin, set(late.tolist())
 
 
-def inject_kpi_dirt(
-    kpi: pd.DataFrame,
-    rng: np.random.Generator,
-    rate: float,
-    ledger: DirtLedger,
-    late_in: list[str],
-    last_day: bool,
-) -> tuple[list[str], list[str]]:
-    """Return the CSV lines (header first) for one day and the clean rows held back for tomorrow."""
+def draw_kpi_dirt(kpi: pd.DataFrame, rng: np.random.Generator, rate: float, n_late_in: int, last_day: bool) -> dict:
+    """Everything random about one day's KPI dirt, drawn in the simulator's order (which kind each row gets, the
+    column it hits, how a malformed row breaks, the arrival order), with the few texts the draws need: the
+    malformed rows' lines and the clean rows held back for tomorrow (``late_lines``). ``kpi_text`` makes the rest,
+    with no randomness, where it likes (another process)."""
     n = len(kpi)
-    cells = {c: _as_text(kpi[c]) for c in KPI_NAMES}
     kind = _dirt_kinds(n, rng, rate)
-    notes = _dirty_cells(cells, kind, rng.integers(0, len(KPI_VALUES), n))
+    col_pick = rng.integers(0, len(KPI_VALUES), n)
+    bad = np.flatnonzero(kind == "malformed")  # a row gets one kind: these lines are clean until broken here
+    malformed = {int(i): _malformed(line, rng) for i, line in zip(bad, _lines(kpi, bad))}
+    keys, origin, late = _arrival_order(n, kind, rng, n_late_in, last_day)
+    late_lines = _lines(kpi, sorted(late))  # out of order, so clean
+    return {"kind": kind, "col_pick": col_pick, "malformed": malformed, "keys": keys, "origin": origin, "late": late,
+            "late_lines": late_lines}  # fmt: skip
+
+
+def kpi_text(kpi: pd.DataFrame, draws: dict, late_in: list[str], ledger: DirtLedger) -> list[str]:
+    """The CSV lines (header first) of one day from its draws (``draw_kpi_dirt``), yesterday's late lines mixed in;
+    every dirty line is recorded in ``ledger``."""
+    n, kind = len(kpi), draws["kind"]
+    cells = {c: _as_text(kpi[c]) for c in KPI_NAMES}
+    notes = _dirty_cells(cells, kind, draws["col_pick"])
     lines = np.array([",".join(row) for row in zip(*(cells[c] for c in KPI_NAMES))], dtype=object)
-    _malform(lines, kind, rng, notes)
-    out_lines, out_keys, origin, late = _arrivals(lines, kind, rng, late_in, last_day)
+    for i, line in draws["malformed"].items():
+        lines[i] = line
+        notes[i] = ("malformed", "")
+    origin, late = draws["origin"], draws["late"]
     final: list[str] = ["timestamp,element_id," + ",".join(KPI_VALUES)]
-    for pos in np.argsort(np.asarray(out_keys), kind="stable"):
+    for pos in np.argsort(np.asarray(draws["keys"]), kind="stable"):
         o = origin[pos]
         if 0 <= o < n and o in late:
             continue
-        final.append(out_lines[pos])
-        _record(ledger, o, n, cells, kind, notes, out_lines[pos], len(final))
-    return final, [lines[i] for i in sorted(late)]
+        line = lines[o] if 0 <= o < n else lines[-1 - o] if o < 0 else late_in[o - n]
+        final.append(line)
+        _record(ledger, o, n, cells, kind, notes, line, len(final))
+    return final
+
+
+def inject_kpi_dirt(kpi, rng, rate: float, ledger: DirtLedger, late_in: list[str], last_day: bool):
+    """Return the CSV lines (header first) for one day and the clean rows held back for tomorrow."""
+    draws = draw_kpi_dirt(kpi, rng, rate, len(late_in), last_day)
+    return kpi_text(kpi, draws, late_in, ledger), draws["late_lines"]
 
 
 def _record(ledger: DirtLedger, o: int, n: int, cells, kind, notes, line: str, line_no: int) -> None:

@@ -8,6 +8,7 @@ deterministic for a seed and streams day by day, so memory stays bounded by one 
 from __future__ import annotations
 
 import io
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -21,7 +22,7 @@ from tasks.core.config import WorkloadConfig
 from tasks.core.schema import STEP_MINUTES, STEPS_PER_DAY
 from tasks.core.stages.cascade import Cascade, make_cascade, start_episodes
 from tasks.core.stages.cascade import step as cascade_step
-from tasks.core.stages.dirt import DIRT_KINDS, DirtLedger, inject_alarm_dirt, inject_kpi_dirt
+from tasks.core.stages.dirt import DIRT_KINDS, DirtLedger, draw_kpi_dirt, inject_alarm_dirt, kpi_text
 from tasks.core.store import write_atomic, write_json_atomic
 from tasks.core.topology import Topology, load_topology
 
@@ -114,16 +115,22 @@ def simulate(
     faults: list[dict] = []
     late_rows: list[str] = []
     alarm_seq = 0
-    for d in range(days):
-        day = day0 + timedelta(days=d)
-        kpi, alarms, day_faults, hidden = _simulate_day(topo, adj, state, rng, day, cas)
-        _write_hidden(out, day.isoformat(), hidden)
-        alarms["alarm_id"] = [f"A{alarm_seq + i:09d}" for i in range(len(alarms))]
-        alarm_seq += len(alarms)
-        faults.extend(day_faults)
-        late_rows = _write_day(out, day.isoformat(), kpi, alarms, rng, dirt, late_rows, d == days - 1, summary)
-        if progress:
-            progress(d + 1, days)
+    with DayWriters(writer_processes(topo.n)) as writers:
+        for d in range(days):
+            day = day0 + timedelta(days=d)
+            kpi, alarms, day_faults, hidden = _simulate_day(topo, adj, state, rng, day, cas)
+            _write_hidden(out, day.isoformat(), hidden)
+            alarms["alarm_id"] = [f"A{alarm_seq + i:09d}" for i in range(len(alarms))]
+            alarm_seq += len(alarms)
+            faults.extend(day_faults)
+            last = d == days - 1
+            late_rows = _write_day(out, day.isoformat(), kpi, alarms, rng, dirt, late_rows, last, summary, writers)
+            if progress:
+                progress(d + 1, days)
+    for kpi_rows, counts in writers.done:
+        summary.kpi_rows += kpi_rows
+        for k, v in counts.items():
+            summary.dirt[k] += v
     summary.faults = len(faults)
     _hidden_index(out, topo, day0, days)
     truth = _ground_truth(topo, summary, seed, day0.isoformat(), dirt, faults)
@@ -151,19 +158,72 @@ def _hidden_index(out: Path, topo: Topology, day0: date, days: int) -> None:
     write_json_atomic(out / "hidden" / "hidden.json", meta)
 
 
-def _write_day(out: Path, day: str, kpi, alarms, rng, dirt: float, late_in: list[str], last: bool, summary) -> list:
-    """One day's exports with their dirt and its ledger; returns the clean rows held back for tomorrow."""
-    ledger = DirtLedger(day)
-    kpi_lines, late_rows = inject_kpi_dirt(kpi, rng, dirt, ledger, late_in, last_day=last)
-    alarm_lines = inject_alarm_dirt(alarms, rng, dirt, ledger)
-    write_atomic(out / "kpi" / f"kpi_{day}.csv", "\n".join(kpi_lines) + "\n")
+def _write_day(out: Path, day: str, kpi, alarms, rng, dirt: float, late_in: list[str], last: bool, summary,
+               writers: DayWriters) -> list:  # fmt: skip
+    """One day's exports with their dirt and its ledger: everything random drawn here, in order; the KPI text made
+    and written by ``writers``. Returns the clean rows held back for tomorrow."""
+    draws = draw_kpi_dirt(kpi, rng, dirt, len(late_in), last)
+    alarm_ledger = DirtLedger(day)
+    alarm_lines = inject_alarm_dirt(alarms, rng, dirt, alarm_ledger)
     write_atomic(out / "alarms" / f"alarms_{day}.jsonl", "\n".join(alarm_lines) + "\n")
-    ledger.write(out / "dirt" / f"dirt_{day}.csv")
-    for k, v in ledger.counts.items():
-        summary.dirt[k] += v
-    summary.kpi_rows += len(kpi_lines) - 1
     summary.alarm_rows += len(alarm_lines)
-    return late_rows
+    writers.submit(_write_kpi, out, day, kpi, draws, late_in, alarm_ledger.rows)
+    return draws["late_lines"]
+
+
+def _write_kpi(out: Path, day: str, kpi, draws: dict, late_in: list[str], alarm_rows: list) -> tuple[int, dict]:
+    """The day's KPI export and its dirt ledger (the KPI lines' rows, then the alarms'): the KPI rows written and
+    the ledger's counts by kind."""
+    ledger = DirtLedger(day)
+    lines = kpi_text(kpi, draws, late_in, ledger)
+    write_atomic(out / "kpi" / f"kpi_{day}.csv", "\n".join(lines) + "\n")
+    for row in alarm_rows:
+        ledger.add(*row)
+    ledger.write(out / "dirt" / f"dirt_{day}.csv")
+    return len(lines) - 1, ledger.counts
+
+
+class DayWriters:
+    """Runs the days' text-making writes: inline without ``workers``, else in that many processes, at most that many
+    days pending, so memory stays a few days of samples. The text is a pure function of the draws, so the exports
+    are the same either way."""
+
+    def __init__(self, workers: int = 0) -> None:
+        import multiprocessing
+        import threading
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork where this process has no other thread; spawned (a fresh interpreter) where one might hold a lock
+        ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
+        self.pool = ProcessPoolExecutor(workers, mp_context=ctx) if workers else None
+        self.workers, self.pending, self.done = workers, deque(), []
+
+    def submit(self, fn, *args) -> None:
+        if self.pool is None:
+            self.done.append(fn(*args))
+            return
+        if len(self.pending) >= self.workers:
+            self.done.append(self.pending.popleft().result())
+        self.pending.append(self.pool.submit(fn, *args))
+
+    def __enter__(self) -> DayWriters:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            while self.pending and exc[0] is None:
+                self.done.append(self.pending.popleft().result())
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def writer_processes(elements: int) -> int:
+    """Processes for the text of a simulation with ``elements`` elements: none for a small network (a process's
+    start costs more than its day) or a host of two cores, else up to four beside the simulation."""
+    import os
+
+    return 0 if elements * STEPS_PER_DAY < 200_000 else max(0, min(4, (os.cpu_count() or 1) - 2))
 
 
 def simulate_stage(cfg: WorkloadConfig, out: Path, progress=None) -> dict:

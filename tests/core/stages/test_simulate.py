@@ -97,3 +97,27 @@ def test_the_hidden_state_is_logged_and_agrees_with_the_faults(tmp_path):
     assert own.shape == (3, 6) and full.shape == (3, 12) and np.array_equal(full[:, :6], own)
     assert np.array_equal(own[:, 0], hidden["drift"][t, e]) and np.array_equal(own[:, 4], hidden["load"][t, e])
     assert np.array_equal(full[:, 6], hidden["faulted_neighbours"][t, e])
+
+
+def test_the_exports_are_the_same_with_their_text_made_in_other_processes(tmp_path, monkeypatch):
+    """Every random draw stays in the simulating process, in order; the KPI text and the ledgers made in two
+    writer processes give the same files, byte for byte, as made inline."""
+    import tasks.core.stages.simulate as sm
+
+    a, b = tmp_path / "inline", tmp_path / "processes"
+    inline = sm.simulate("topozoo/Abilene", 3, 5, a, dirt=0.05)
+    monkeypatch.setattr(sm, "writer_processes", lambda elements: 2)
+    spread = sm.simulate("topozoo/Abilene", 3, 5, b, dirt=0.05)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()) and len(files) >= 12
+    assert [f for f in files if (a / f).read_bytes() != (b / f).read_bytes()] == []
+    assert (spread.kpi_rows, spread.dirt) == (inline.kpi_rows, inline.dirt) and sum(spread.dirt.values()) > 0
+
+
+def test_writer_processes_only_for_a_large_network_on_a_host_with_cores_to_spare(monkeypatch):
+    import tasks.core.stages.simulate as sm
+
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert (sm.writer_processes(11), sm.writer_processes(3815)) == (0, 4)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert sm.writer_processes(3815) == 0
