@@ -126,8 +126,9 @@ def draw_kpi_dirt(kpi: pd.DataFrame, rng: np.random.Generator, rate: float, n_la
     malformed = {int(i): _malformed(line, rng) for i, line in zip(bad, _lines(kpi, bad))}
     keys, origin, late = _arrival_order(n, kind, rng, n_late_in, last_day)
     late_lines = _lines(kpi, sorted(late))  # out of order, so clean
-    return {"kind": kind, "col_pick": col_pick, "malformed": malformed, "keys": keys, "origin": origin, "late": late,
-            "late_lines": late_lines}  # fmt: skip
+    # arrays, not Python objects per row: a day's draws cross to a writer process as a few buffers
+    return {"kind": kind.astype("U"), "col_pick": col_pick, "malformed": malformed, "keys": np.asarray(keys),
+            "origin": np.asarray(origin, dtype=np.int64), "late": late, "late_lines": late_lines}  # fmt: skip
 
 
 def kpi_text(kpi: pd.DataFrame, draws: dict, late_in: list[str], ledger: DirtLedger) -> list[str]:
@@ -142,7 +143,7 @@ def kpi_text(kpi: pd.DataFrame, draws: dict, late_in: list[str], ledger: DirtLed
         notes[i] = ("malformed", "")
     origin, late = draws["origin"], draws["late"]
     final: list[str] = ["timestamp,element_id," + ",".join(KPI_VALUES)]
-    for pos in np.argsort(np.asarray(draws["keys"]), kind="stable"):
+    for pos in np.argsort(draws["keys"], kind="stable"):
         o = origin[pos]
         if 0 <= o < n and o in late:
             continue
