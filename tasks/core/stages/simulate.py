@@ -195,7 +195,7 @@ class DayWriters:
 
         # fork where this process has no other thread; spawned (a fresh interpreter) where one might hold a lock
         ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
-        self.pool = ProcessPoolExecutor(workers, mp_context=ctx) if workers else None
+        self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_die_with_parent) if workers else None
         self.workers, self.pending, self.done = workers, deque(), []
 
     def submit(self, fn, *args) -> None:
@@ -216,6 +216,17 @@ class DayWriters:
         finally:
             if self.pool is not None:
                 self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _die_with_parent() -> None:
+    """A writer process's start: Linux kills it when the simulating process dies (a killed run leaves none)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown is all there is
+        pass
 
 
 def writer_processes(elements: int) -> int:
