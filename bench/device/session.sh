@@ -34,7 +34,8 @@
 #             A/B against the run's on-GPU build, on the same host in one chain
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
 #   scale     faultline bench scale --profile gpu: the GPU path at 1x, 4x and 8x the profile's days (bench.full.
-#             scale_factors; SCALE_SET adds --set overrides), each from raw in a fresh store: e2e_scale.json
+#             scale_factors; SCALE_SET adds --set overrides), each from raw in a fresh store: e2e_scale.json;
+#             SCALE_DAYS (e.g. 112) simulates the largest size's exports during setup, after the run's
 #   scaling   faultline bench scaling --profile gpu --size SCALING_SIZE (default small; SCALING_SET: --set overrides):
 #             this host's own strong and weak scaling, which the checklist judges the run against
 #   check     faultline check on the newest GPU run (run's or e2e's), against this host's scaling report where the
@@ -59,7 +60,13 @@ presimulate() {  # as soon as the venv can import the simulator: the same conten
   PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 & ;;
   esac
   PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
-  echo "simulate rc=$?" >> $R/steps.log; wait; echo "simulate bench rc=$?" >> $R/steps.log
+  echo "simulate rc=$?" >> $R/steps.log
+  if [ -n "${SCALE_DAYS:-}" ]; then  # the scale step's largest exports too, while setup runs (the same store entry)
+    s0=$(date +%s)
+    PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=$SCALE_DAYS, profile='gpu'))" > $R/simulate_scale.log 2>&1
+    echo "simulate $SCALE_DAYS days rc=$? in $(( $(date +%s) - s0 )) s" >> $R/steps.log
+  fi
+  wait; echo "simulate bench rc=$?" >> $R/steps.log
 }
 
 # a value from a JSON file, or from the last line of a --json command's output
