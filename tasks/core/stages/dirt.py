@@ -153,12 +153,6 @@ def kpi_text(kpi: pd.DataFrame, draws: dict, late_in: list[str], ledger: DirtLed
     return final
 
 
-def inject_kpi_dirt(kpi, rng, rate: float, ledger: DirtLedger, late_in: list[str], last_day: bool):
-    """Return the CSV lines (header first) for one day and the clean rows held back for tomorrow."""
-    draws = draw_kpi_dirt(kpi, rng, rate, len(late_in), last_day)
-    return kpi_text(kpi, draws, late_in, ledger), draws["late_lines"]
-
-
 def _record(ledger: DirtLedger, o: int, n: int, cells, kind, notes, line: str, line_no: int) -> None:
     """The ledger row for the line at ``line_no`` that came from row ``o`` (a copy when < 0, late when >= n)."""
     file = f"kpi/kpi_{ledger.day}.csv"

@@ -75,7 +75,7 @@ def read_rows(features_dir: Path, names: list[str], topo: Topology, gpu: bool) -
     rows["e_idx"] = to_host(element_codes(f["element_id"], topo, features_dir))
     del f
     ends = np.cumsum([0, *(pq.read_metadata(p).num_rows for p in files)])
-    x = metrics_module("cuda" if gpu else "cpu").empty((int(ends[-1]), len(names)), np.float32)
+    x = metrics_module("cuda" if gpu else "cpu").empty((int(ends[-1]), len(names)), np.float32)  # CuPy on the GPU
     for p, a, b in zip(files, ends[:-1], ends[1:]):
         part = read_file(p, names, gpu)
         x[a:b] = part.to_cupy(dtype="float32", na_value=np.nan) if gpu else part.to_numpy(np.float32)
