@@ -25,6 +25,7 @@ from tasks.core.stages.cascade import step as cascade_step
 from tasks.core.stages.dirt import DIRT_KINDS, DirtLedger, draw_kpi_dirt, inject_alarm_dirt, kpi_text
 from tasks.core.store import write_atomic, write_json_atomic
 from tasks.core.topology import Topology, load_topology
+from tasks.core.training.procs import die_with_parent
 
 
 @dataclass
@@ -195,7 +196,7 @@ class DayWriters:
 
         # fork where this process has no other thread; spawned (a fresh interpreter) where one might hold a lock
         ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
-        self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_die_with_parent) if workers else None
+        self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=die_with_parent) if workers else None
         self.workers, self.pending, self.done = workers, deque(), []
 
     def submit(self, fn, *args) -> None:
@@ -216,17 +217,6 @@ class DayWriters:
         finally:
             if self.pool is not None:
                 self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _die_with_parent() -> None:
-    """A writer process's start: Linux kills it when the simulating process dies (a killed run leaves none)."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pool's own shutdown is all there is
-        pass
 
 
 def writer_processes(elements: int) -> int:

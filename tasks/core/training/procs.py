@@ -8,15 +8,28 @@ import signal
 import subprocess
 
 
-def pdeathsig():
-    """A pre-exec hook (loaded here, in the parent: the forked child must not import) that asks Linux to
-    SIGKILL the launcher when the stage's process dies, and gives it a process group of its own."""
+def _prctl():
+    """Linux's prctl through ctypes, or None where there is none."""
     try:
         import ctypes
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        prctl = None
+        return None
+
+
+def die_with_parent() -> None:
+    """Asks Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG; nothing where there is no prctl):
+    a worker process's start, so that a killed run leaves none behind."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(1, signal.SIGKILL)
+
+
+def pdeathsig():
+    """A pre-exec hook (loaded here, in the parent: the forked child must not import) that asks Linux to
+    SIGKILL the launcher when the stage's process dies, and gives it a process group of its own."""
+    prctl = _prctl()
 
     def hook() -> None:
         if prctl is not None:
