@@ -121,3 +121,40 @@ def test_writer_processes_only_for_a_large_network_on_a_host_with_cores_to_spare
     assert (sm.writer_processes(11), sm.writer_processes(3815)) == (0, 4)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert sm.writer_processes(3815) == 0
+
+
+SIMULATE_WITH_WRITERS = """
+import sys
+from pathlib import Path
+import tasks.core.stages.simulate as sm
+sm.writer_processes = lambda elements: 2
+if __name__ == "__main__":
+    sm.simulate("backbone/world", 3, 7, Path(sys.argv[1]), dirt=0.01)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_simulation_leaves_no_writer_process(tmp_path):
+    """SIGKILL the simulating process while its two writer processes make a day's text: they die with it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    script = tmp_path / "simulate_with_writers.py"
+    script.write_text(SIMULATE_WITH_WRITERS)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "out")], env=env)
+    try:
+        deadline, writers = time.time() + 120, []
+        while len(writers) < 2 and time.time() < deadline and proc.poll() is None:
+            writers = psutil.Process(proc.pid).children()
+            time.sleep(0.2)
+        assert len(writers) == 2, "the writer processes never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    gone, alive = psutil.wait_procs(writers, timeout=10)
+    assert alive == [] and len(gone) == 2
