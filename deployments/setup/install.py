@@ -18,6 +18,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from tasks.core import nativelibs
+
 from .host import REPO, Target
 from .wheelhouse import DOCS_ASSETS, GPU_LOCK, LOCK, say
 
@@ -136,8 +138,13 @@ def install_jar(venv: Path, jar: Path | None) -> Path | None:
     if jar is None:
         return None
     (venv / "jars").mkdir(exist_ok=True)
-    shutil.copy2(jar, venv / "jars" / jar.name)
-    return venv / "jars" / jar.name
+    installed = venv / "jars" / jar.name
+    shutil.copy2(jar, installed)
+    started = time.time()
+    if nativelibs.unpack(installed) is not None:  # once here, not at every Spark start
+        took = time.time() - started
+        say(f"unpacked the jar's native libraries into {nativelibs.native_dir(installed)} in {took:.1f} s")
+    return installed
 
 
 DOCS_DIR = "share/faultline-datadocs"  # tasks.core.datadocs looks here (under sys.prefix)

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import nativelibs
 from .config import FaultlineConfig, FeaturesConfig, IngestConfig, TrainConfig
 from .errors import ConfigError
 from .hardware import GPU, Hardware, detect_hardware  # noqa: F401  (GPU: re-exported)
@@ -87,6 +88,10 @@ def spark_conf(cfg: IngestConfig, hw: Hardware, event_log_dir: Path | None) -> d
         conf["spark.eventLog.dir"] = event_log_dir.resolve().as_uri()
     if rapids_jar(cfg, hw):
         conf.update(_rapids_conf(cfg, hw))
+        # the plugin's native libraries loaded from where make setup unpacked them, not copied out of the jar at
+        # every start (tasks.core.nativelibs); the driver's JVM only: a cluster's executors may not see that path
+        if native := nativelibs.java_options(Path(conf["spark.jars"])):
+            conf["spark.driver.extraJavaOptions"] += f" {native}"
     # ${env:NAME} placeholders read here, where Spark needs them: the config and its records hold no secret
     conf.update({k: resolve(v, f"ingest.extra_conf[{k!r}]") for k, v in cfg.extra_conf.items()})
     return conf
