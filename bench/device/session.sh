@@ -33,6 +33,10 @@
 #   hostab    the run again with the training tensors built on the host (train.tensors=host): train and evaluate
 #             A/B against the run's on-GPU build, on the same host in one chain
 #   e2e       faultline bench e2e --profile gpu: the GPU path, then the CPU path; E2E_SET adds --set overrides
+#   start     bench/device/spark_start.py: a Spark application's start with the gpu profile's conf, in a fresh process
+#             per variant (START_VARIANTS, default: the plugin with its libraries unpacked by setup, then the plugin
+#             copying them out of the jar), START_RUNS rounds (default 3); the first variant's runs also read the
+#             run's KPI exports twice: spark_start.json
 #   scale     faultline bench scale --profile gpu: the GPU path at 1x, 4x and 8x the profile's days (bench.full.
 #             scale_factors; SCALE_SET adds --set overrides), each from raw in a fresh store: e2e_scale.json;
 #             SCALE_DAYS (e.g. 112) simulates the largest size's exports during setup, after the run's
@@ -168,6 +172,9 @@ PY
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
       python3 -c "import json; d=json.load(open('$R/e2e.json')); print('  e2e', d.get('e2e_ratio'), {p: {k: v.get('seconds') for k, v in d[p]['stages'].items()} for p in ('gpu_path', 'cpu_path')})" >> $R/steps.log 2>&1
       manifests /tmp/fl/root/store e2e ;;  # both paths' stage manifests, by fingerprint
+    start) START_RAW=$(tail -1 $R/simulate.log) PYTHONPATH=$PWD .venv/bin/python bench/device/spark_start.py $R/spark_start.json ${START_RUNS:-3} \
+        ${START_VARIANTS:-plugin plugin-copied} > $R/spark_start.log 2>&1
+      echo "start rc=$?" >> $R/steps.log; tail -n 3 $R/spark_start.log | cut -c1-300 >> $R/steps.log ;;
     scale) $FL bench scale --profile gpu $(for o in ${SCALE_SET:-}; do echo --set $o; done) --results $R \
         --work /tmp/fl/bench --json > $R/scale.log 2>&1
       echo "scale rc=$?" >> $R/steps.log; mkdir -p $R/manifests; cp -r /tmp/fl/bench/scale/*-manifests $R/manifests/ 2>/dev/null
@@ -230,7 +237,7 @@ PY
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
   cp /tmp/fl/bench/ingest/partial.json $R/ingest_partial.json 2>/dev/null  # the ingest variants finished so far
-  for f in steps.log install_time.txt ingest.json checklist.md e2e.json e2e_scale.json scaling.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  for f in steps.log install_time.txt ingest.json checklist.md e2e.json e2e_scale.json scaling.json spark_start.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }
 

@@ -1,10 +1,16 @@
 """Where a Spark application's start goes with the RAPIDS Accelerator: the gpu profile's Spark conf started in a
-fresh process per variant (the JVM, the plugin's GPU and pinned-memory set-up), timed to a session and to its first
-query, each variant RUNS times.   usage: python bench/device/spark_start.py OUT.json [RUNS]"""
+fresh process per variant (the JVM, the plugin's GPU and pinned-memory set-up, its native libraries), timed to a
+session and to its first query; the variants take turns, RUNS rounds.
+    usage: python bench/device/spark_start.py OUT.json [RUNS] [VARIANT ...]
+With START_RAW set to raw exports, the first variant's runs then read, parse and count their KPI lines twice
+(the pipeline's reader): what the first read pays once. ``plugin`` is the profile's conf as a run uses it (the
+native libraries loaded from the folder make setup unpacked, where it did: tasks.core.nativelibs);
+``plugin-copied`` the same without that folder, so that cuDF copies them out of the jar as it does by default."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -20,40 +26,84 @@ from pathlib import Path
 cfg = load_config("gpu", json.loads(sys.argv[1]))
 conf = resolve_runtime(cfg, Path("/tmp/fl/start")).spark_conf
 conf.update(json.loads(sys.argv[2]))
+if sys.argv[3] == "copied":  # cuDF's default: the libraries copied out of the jar to temporary files
+    conf["spark.driver.extraJavaOptions"] = " ".join(
+        o for o in conf["spark.driver.extraJavaOptions"].split() if not o.startswith("-Dai.rapids.cudf.lib-"))
+native = "-Dai.rapids.cudf.lib-native-dir" in conf.get("spark.driver.extraJavaOptions", "")
 t1 = time.perf_counter()
 spark = spark_session({**conf, "spark.app.name": "faultline-start"})
 t2 = time.perf_counter()
 spark.range(1000).selectExpr("sum(id)").collect()
 t3 = time.perf_counter()
-print(json.dumps({"imports_s": t1 - t0, "session_s": t2 - t1, "first_query_s": t3 - t2,
-                  "plugin": "spark.plugins" in conf}))
+got = {"imports_s": t1 - t0, "session_s": t2 - t1, "first_query_s": t3 - t2, "plugin": "spark.plugins" in conf,
+       "native_dir": native}
+if sys.argv[4]:  # the pipeline's KPI read, parse and count, twice: what the first read pays once
+    from tasks.core.stages.raw import discover
+    from tasks.core.stages.readers import read_kpi
+    layout = discover(Path(sys.argv[4]))
+    for i in (1, 2):
+        t = time.perf_counter()
+        df = read_kpi(spark, layout).cache()
+        got[f"kpi_rows_{i}"] = df.count()
+        got[f"kpi_read_{i}_s"] = time.perf_counter() - t
+        df.unpersist(True)
+print(json.dumps(got))
 """
 
-VARIANTS = {
-    "cpu": (["ingest.rapids_jar=null"], {}),
-    "plugin": ([], {}),
-    "plugin-pinned-0": ([], {"spark.rapids.memory.pinnedPool.size": "0"}),
-    "plugin-pool-none": ([], {"spark.rapids.memory.gpu.pool": "NONE"}),
+VARIANTS = {  # name: (config overrides, Spark conf overrides, native libraries)
+    "cpu": (["ingest.rapids_jar=null"], {}, "as-set"),
+    "plugin": ([], {}, "as-set"),
+    "plugin-copied": ([], {}, "copied"),
+    "plugin-pinned-0": ([], {"spark.rapids.memory.pinnedPool.size": "0"}, "as-set"),
 }
+RAW = os.environ.get("START_RAW", "")  # raw exports: the first variant's runs also read them (kpi_read_*)
+LOADER = ("NativeDepsLoader", "lib-native-dir", "Skipped JAR extraction", "extract", "Loaded native")
 
 
-def main(out: Path, runs: int = 2) -> None:
+def one(name: str, raw: str = "") -> dict:
+    sets, conf, native = VARIANTS[name]
+    p = subprocess.run(
+        [sys.executable, "-c", ONE, json.dumps(sets), json.dumps(conf), native, raw],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if p.returncode != 0:
+        return {"error": p.stderr[-800:]}
+    row = json.loads(p.stdout.strip().splitlines()[-1])
+    row["loader_log"] = [line[-300:] for line in p.stderr.splitlines() if any(k in line for k in LOADER)][:12]
+    return row
+
+
+def stats(xs: list[float]) -> dict:
+    return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)} if xs else {}
+
+
+def main(out: Path, runs: int, names: list[str]) -> None:
+    rows: dict[str, list] = {n: [] for n in names}
+    for r in range(runs):  # the variants take turns: a drift of the host falls on each alike
+        for name in names:
+            rows[name].append(one(name, RAW if name == names[0] else ""))
+            print(r, name, {k: v for k, v in rows[name][-1].items() if k != "loader_log"}, flush=True)
     got = {}
-    for name, (sets, conf) in VARIANTS.items():
-        rows = []
-        for _ in range(runs):
-            p = subprocess.run([sys.executable, "-c", ONE, json.dumps(sets), json.dumps(conf)], capture_output=True,
-                               text=True, timeout=300)
-            if p.returncode != 0:
-                rows.append({"error": p.stderr[-500:]})
-                break
-            rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
-        ok = [r for r in rows if "error" not in r]
-        got[name] = {"runs": rows, "session_s_median": statistics.median(r["session_s"] for r in ok) if ok else None}
-        print(name, got[name]["session_s_median"], flush=True)
-    out.write_text(json.dumps({"what": "Spark application start by variant", "time": time.time(), "variants": got},
-                              indent=1))
+    for name, rs in rows.items():
+        ok = [x for x in rs if "error" not in x]
+        keys = ("session_s", "first_query_s", "kpi_read_1_s", "kpi_read_2_s")
+        got[name] = {"runs": rs, **{k: stats([x[k] for x in ok if k in x]) for k in keys}}
+        print(name, got[name]["session_s"], got[name]["first_query_s"], flush=True)
+    out.write_text(
+        json.dumps(
+            {
+                "what": "Spark application start by variant",
+                "time": time.time(),
+                "runs": runs,
+                "raw": RAW or None,
+                "variants": got,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+    main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 3, sys.argv[3:] or list(VARIANTS))
