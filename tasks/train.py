@@ -8,6 +8,7 @@ from typing import Any
 
 from prefect import task
 
+from tasks.core.arrays import release_gpu_memory
 from tasks.core.config import TrainConfig
 from tasks.core.runtime import Runtime
 from tasks.core.stages.train import train_stage
@@ -66,6 +67,7 @@ def train_task(
     cfg = _warm_start(cfg, warm, features, inputs)
     fp = stage_fingerprint("train", inputs, cfg.model_copy(update={"init_weights": None}), *key)
     ckpt = root / "checkpoints" / fp
+    release_gpu_memory()  # what this process's pools hold (an earlier run's evaluation, say) goes to the ranks
     if force and ckpt.exists():  # a forced retrain starts from scratch, not from the last checkpoint
         logger().info("train: --force/--refresh: checkpoints in %s cleared; training from epoch 1", ckpt)
         shutil.rmtree(ckpt)

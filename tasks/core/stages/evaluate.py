@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tasks.core.arrays import array_module, device_room
+from tasks.core.arrays import array_module, device_room, release_gpu_memory
 from tasks.core.config import EvaluateConfig
 from tasks.core.laps import Laps
 from tasks.core.metrics import classification_metrics, lead_times
@@ -338,17 +338,13 @@ def evaluate_stage(
     import json
 
     topo = Topology.read(features_dir / "topology.json")
-    ev = evaluate(
-        features_dir / "features",
-        train_dir / "data.npz",
-        train_dir / "model.pt",
-        topo,
-        names,
-        cfg,
-        seed,
-        horizon,
-        raw,
-    )
+    try:
+        ev = evaluate(
+            features_dir / "features", train_dir / "data.npz", train_dir / "model.pt", topo, names, cfg, seed,
+            horizon, raw,
+        )  # fmt: skip
+    finally:  # the rows' matrix and the scores' batches leave this process's GPU pools for the stages after
+        release_gpu_memory()
     lap = Laps()
     plots = plot_evaluation(ev, out / "plots")
     lap("plots")
