@@ -47,10 +47,28 @@ def _pr_curve(fps, tps, thr):
     return xp.concatenate([precision[::-1], one]), xp.concatenate([recall[::-1], zero]), thr[::-1]
 
 
-def precision_recall(y, score) -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's ``precision_recall_curve`` points (precision, recall; recall decreasing), on the host."""
+def precision_recall(y, score, points: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``precision_recall_curve`` points (precision, recall; recall decreasing), on the host; with
+    ``points``, at most that many of them, evenly spaced along the curve and both ends kept (:func:`thin`), chosen
+    where the curve was computed: a plot's few thousand points cross to the host, not millions."""
     prec, rec, _ = _pr_curve(*ranking_curve(y, score))
+    if points is not None:
+        keep = array_module(prec).asarray(thin(len(prec), points))
+        prec, rec = prec[keep], rec[keep]
     return to_host(prec), to_host(rec)
+
+
+def thin(n: int, points: int = 2000) -> np.ndarray:
+    """At most ``points`` indices of a curve of ``n`` points, evenly spaced, both ends kept."""
+    return np.unique(np.linspace(0, n - 1, min(n, points)).round().astype(np.int64)) if n else np.zeros(0, np.int64)
+
+
+def confusion_counts(y, predicted) -> np.ndarray:
+    """The 2x2 confusion matrix of binary labels (rows: true 0, 1; columns: predicted 0, 1), scikit-learn's
+    ``confusion_matrix`` with ``labels=[0, 1]``, counted on the device the arrays live on."""
+    xp = array_module(predicted)
+    cells = 2 * xp.asarray(y).astype(xp.int64) + xp.asarray(predicted).astype(xp.int64)
+    return to_host(xp.bincount(cells, minlength=4)).reshape(2, 2)
 
 
 def _two_classes(y) -> bool:

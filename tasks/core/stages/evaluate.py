@@ -277,27 +277,25 @@ def validated_alerts(rows, cells, scores, windows, horizon: int, step: float, cf
     return out
 
 
-def thin(n: int, points: int = 2000) -> np.ndarray:
-    """At most ``points`` indices of a curve of ``n`` points, evenly spaced, both ends kept."""
-    return np.unique(np.linspace(0, n - 1, min(n, points)).round().astype(np.int64)) if n else np.zeros(0, np.int64)
-
-
-def plot_evaluation(ev: dict[str, Any], out: Path) -> dict[str, Path]:
+def plot_evaluation(ev: dict[str, Any], out: Path, xp=np) -> dict[str, Path]:
+    """The PR curves, the model's confusion matrix and the warning lead times as PNGs in ``out``. ``xp``: where the
+    curves and counts are computed (CuPy: on the GPU, only the plotted points coming back)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from sklearn.metrics import ConfusionMatrixDisplay
 
-    from tasks.core.metrics import precision_recall
+    from tasks.core.metrics import confusion_counts, precision_recall
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
+    y = xp.asarray(ev["y"])
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for name, r in ev["results"].items():
-        p, rc = precision_recall(ev["y"], r["scores"])
-        keep = thin(len(p))  # millions of thresholds at scale: a few thousand points draw the same curve
-        ax.plot(rc[keep], p[keep], label=f"{name} (PR-AUC {r['metrics']['pr_auc']:.3f})")
+        # millions of thresholds at scale: a few thousand points draw the same curve
+        p, rc = precision_recall(y, xp.asarray(r["scores"]), points=2000)
+        ax.plot(rc, p, label=f"{name} (PR-AUC {r['metrics']['pr_auc']:.3f})")
     ax.set(xlabel="recall", ylabel="precision", title="Fault prediction, held-out window")
     ax.legend(loc="lower left")
     paths["pr_curve"] = out / "pr_curve.png"
@@ -305,9 +303,8 @@ def plot_evaluation(ev: dict[str, Any], out: Path) -> dict[str, Path]:
     plt.close(fig)
     m = ev["results"]["model"]
     fig, ax = plt.subplots(figsize=(4.5, 4))
-    ConfusionMatrixDisplay.from_predictions(
-        ev["y"], (m["scores"] >= m["metrics"]["threshold"]).astype(int), ax=ax, colorbar=False
-    )
+    cm = confusion_counts(y, xp.asarray(m["scores"]) >= m["metrics"]["threshold"])
+    ConfusionMatrixDisplay(cm, display_labels=[0, 1]).plot(ax=ax, colorbar=False)
     ax.set_title("model at best-F1 threshold")
     paths["confusion_matrix"] = out / "confusion_matrix.png"
     fig.savefig(paths["confusion_matrix"], dpi=110, bbox_inches="tight")
@@ -346,7 +343,7 @@ def evaluate_stage(
     finally:  # the rows' matrix and the scores' batches leave this process's GPU pools for the stages after
         release_gpu_memory()
     lap = Laps()
-    plots = plot_evaluation(ev, out / "plots")
+    plots = plot_evaluation(ev, out / "plots", metrics_module(score_device(cfg.tree_device)))
     lap("plots")
     results = {k: r["metrics"] for k, r in ev["results"].items()}
     (out / "metrics.json").write_text(json.dumps(results, indent=1))

@@ -226,11 +226,28 @@ def test_the_stack_weight_is_chosen_on_validation_alone():
 
 
 def test_curves_are_thinned_for_plots_with_both_ends_kept():
-    from tasks.core.stages.evaluate import thin
+    from tasks.core.metrics import thin
 
     idx = thin(3_700_000)
     assert len(idx) == 2000 and idx[0] == 0 and idx[-1] == 3_699_999 and (np.diff(idx) > 0).all()
     assert thin(5).tolist() == [0, 1, 2, 3, 4] and len(thin(0)) == 0
+    rng = np.random.default_rng(3)
+    y, s = (rng.random(50_000) < 0.05).astype(int), rng.random(50_000)
+    p, r = precision_recall(y, s)
+    pt, rt = precision_recall(y, s, points=300)  # thinned where the curve is made: the same points, fewer
+    keep = thin(len(p), 300)
+    assert len(pt) == 300 and np.array_equal(pt, p[keep]) and np.array_equal(rt, r[keep])
+
+
+def test_the_confusion_counts_are_scikit_learns():
+    from sklearn.metrics import confusion_matrix
+
+    from tasks.core.metrics import confusion_counts
+
+    rng = np.random.default_rng(4)
+    y, s = (rng.random(10_000) < 0.1).astype(int), rng.random(10_000)
+    assert np.array_equal(confusion_counts(y, s >= 0.8), confusion_matrix(y, (s >= 0.8).astype(int), labels=[0, 1]))
+    assert confusion_counts(np.zeros(5, int), np.zeros(5, bool)).tolist() == [[5, 0], [0, 0]]  # one class: 2x2
 
 
 def test_beside_runs_now_in_a_thread_or_later_where_asked():
