@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 from tasks.core.benchmarks.scale import STAGES, finished_stages, plot_scale
+
+CAUSE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 
 def stage_parts(manifest: dict) -> dict:
@@ -43,6 +46,12 @@ def main() -> None:
         if run["status"] != "completed":
             finished_stages(run, manifests)
         run["stage_parts"] = {s: stage_parts(m) for s, m in manifests.items()}
+    log = a.results / "scale.log"
+    causes = [ln for ln in log.read_text(errors="replace").splitlines() if CAUSE.match(ln)] if log.is_file() else []
+    for run in report["runs"]:
+        if run["status"] != "completed" and causes:  # the cause the bench's shortened message may have cut
+            run["error_cause"] = causes[-1][:600]
+            run["error_cause_from"] = "the chain's scale.log: its last line naming an exception"
     prov = report["provenance"]
     prov["reported_commit"], prov["commit"] = prov.get("commit"), a.commit
     prov["recorded_by"] = f"python bench/device/scale_record.py <results> {a.commit}"

@@ -264,7 +264,7 @@ def measure(run, factor: int, days: int, work: Path) -> dict[str, Any]:
         try:
             summary = run(root)
         except Exception as exc:  # the curve records where the host gave out
-            summary = {"status": "failed", "stages": {}, "error": f"{type(exc).__name__}: {exc}"[:500]}
+            summary = {"status": "failed", "stages": {}, "error": short_error(f"{type(exc).__name__}: {exc}")}
     record = run_record(factor, days, summary, peaks.result(), dir_bytes(root) if root.exists() else 0)
     record["raw_bytes"] = dir_bytes(root / EXPORTS) if (root / EXPORTS).exists() else 0
     record["store_bytes"] = record["disk_bytes"] - record["raw_bytes"]  # what the run wrote
@@ -277,6 +277,12 @@ def measure(run, factor: int, days: int, work: Path) -> dict[str, Any]:
         finished_stages(record, kept)
     shutil.rmtree(root, ignore_errors=True)
     return record
+
+
+def short_error(text: str, head: int = 200, tail: int = 600) -> str:
+    """An error's start and end where it is long: a failed training's message ends with its rank's exception (out
+    of memory, say), after the log lines before it."""
+    return text if len(text) <= head + tail + 5 else f"{text[:head]} ... {text[-tail:]}"
 
 
 def finished_stages(record: dict[str, Any], manifests: dict[str, dict]) -> None:
