@@ -63,7 +63,7 @@ presimulate() {  # as soon as the venv can import the simulator: the same conten
   case " ${STEPS:-} " in *" ingest "*|*" profile "*)  # the ingest bench's exports, where a step reads them
   PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 & ;;
   esac
-  PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print(s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
+  PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print('RAW', s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
   echo "simulate rc=$?" >> $R/steps.log
   if [ -n "${SCALE_DAYS:-}" ]; then  # the scale step's largest exports too, while setup runs (the same store entry)
     s0=$(date +%s)
@@ -172,7 +172,7 @@ PY
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
       python3 -c "import json; d=json.load(open('$R/e2e.json')); print('  e2e', d.get('e2e_ratio'), {p: {k: v.get('seconds') for k, v in d[p]['stages'].items()} for p in ('gpu_path', 'cpu_path')})" >> $R/steps.log 2>&1
       manifests /tmp/fl/root/store e2e ;;  # both paths' stage manifests, by fingerprint
-    start) START_RAW=$(tail -1 $R/simulate.log) PYTHONPATH=$PWD .venv/bin/python bench/device/spark_start.py $R/spark_start.json ${START_RUNS:-3} \
+    start) START_RAW=$(sed -n 's/^RAW //p' $R/simulate.log | tail -1) PYTHONPATH=$PWD .venv/bin/python bench/device/spark_start.py $R/spark_start.json ${START_RUNS:-3} \
         ${START_VARIANTS:-plugin plugin-copied} > $R/spark_start.log 2>&1
       echo "start rc=$?" >> $R/steps.log; tail -n 3 $R/spark_start.log | cut -c1-300 >> $R/steps.log ;;
     scale) $FL bench scale --profile gpu $(for o in ${SCALE_SET:-}; do echo --set $o; done) --results $R \

@@ -95,7 +95,7 @@ def main(out: Path, runs: int, names: list[str]) -> None:
         json.dumps(
             {
                 "what": "Spark application start by variant",
-                "time": time.time(),
+                "provenance": provenance(runs, names),
                 "runs": runs,
                 "raw": RAW or None,
                 "variants": got,
@@ -103,6 +103,21 @@ def main(out: Path, runs: int, names: list[str]) -> None:
             indent=1,
         )
     )
+
+
+def provenance(runs: int, names: list[str]) -> dict:
+    """Date, card, commit and command of this invocation (the commit as git gives it here: a copied tree may
+    report its base with changes)."""
+    from tasks.core.hardware import detect_hardware
+
+    gpus = detect_hardware().gpus
+    git = subprocess.run(["git", "describe", "--always", "--dirty=+changes"], capture_output=True, text=True)
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "card": f"{len(gpus)}x {gpus[0].name}" if gpus else "none (CPU host)",
+        "commit": git.stdout.strip() or None,
+        "command": f"START_RAW={RAW} python bench/device/spark_start.py OUT.json {runs} {' '.join(names)}",
+    }
 
 
 if __name__ == "__main__":
