@@ -218,3 +218,28 @@ def test_the_line_parse_keeps_and_types_every_line_as_the_csv_parser_does(spark,
     # element id, which the topology then does not know: quarantined all the same, for another reason)
     ((_, b),) = control
     assert b[CORRUPT] is None and b["element_id"].startswith("\u0001")
+
+
+def test_the_file_checks_run_in_a_thread_while_the_session_starts_and_raise_where_asked(raw, monkeypatch):
+    import threading
+
+    from tasks.core.stages import validate
+
+    assert validate.FilesChecked(discover(raw)).result() == check_files(discover(raw))
+    began = threading.Event()
+    real = validate.check_files
+
+    def check(layout):
+        began.set()
+        return real(layout)
+
+    monkeypatch.setattr(validate, "check_files", check)
+    checked = validate.FilesChecked(discover(raw))
+    assert began.wait(10)  # started at once, before anyone asks for the result (the JVM's start, in a run)
+    assert checked.result()["kpi_files"] == 2 and checked.seconds is not None
+    _kpi(raw).write_bytes(_kpi(raw).read_bytes() + b"\xff\xfe")
+    bad = validate.FilesChecked(discover(raw))
+    with pytest.raises(DataRejected, match=r"kpi_2026-01-05\.csv: undecodable bytes"):
+        bad.result()
+    with pytest.raises(DataRejected, match="undecodable bytes"):  # before a Spark session is touched
+        validate.run_validation(None, discover(raw), raw / "out", build_docs=False, checked=bad)
