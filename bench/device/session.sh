@@ -36,7 +36,8 @@
 #   start     bench/device/spark_start.py: a Spark application's start with the gpu profile's conf, in a fresh process
 #             per variant (START_VARIANTS, default: the plugin with its libraries unpacked by setup, then the plugin
 #             copying them out of the jar), START_RUNS rounds (default 3); the first variant's runs also read the
-#             run's KPI exports twice: spark_start.json
+#             run's KPI exports twice, and the first round keeps the JVM's timestamped log of its start:
+#             spark_start.json
 #   scale     faultline bench scale --profile gpu: the GPU path at 1x, 4x and 8x the profile's days (bench.full.
 #             scale_factors; SCALE_SET adds --set overrides), each from raw in a fresh store: e2e_scale.json;
 #             SCALE_DAYS (e.g. 112) simulates the largest size's exports during setup, after the run's
@@ -172,7 +173,7 @@ PY
       echo "e2e rc=$?" >> $R/steps.log; RUN=$(run_summary $R/e2e.json "['gpu_path']['mlflow_run_id']")
       python3 -c "import json; d=json.load(open('$R/e2e.json')); print('  e2e', d.get('e2e_ratio'), {p: {k: v.get('seconds') for k, v in d[p]['stages'].items()} for p in ('gpu_path', 'cpu_path')})" >> $R/steps.log 2>&1
       manifests /tmp/fl/root/store e2e ;;  # both paths' stage manifests, by fingerprint
-    start) START_RAW=$(sed -n 's/^RAW //p' $R/simulate.log | tail -1) PYTHONPATH=$PWD .venv/bin/python bench/device/spark_start.py $R/spark_start.json ${START_RUNS:-3} \
+    start) START_LOG=1 START_RAW=$(sed -n 's/^RAW //p' $R/simulate.log | tail -1) PYTHONPATH=$PWD .venv/bin/python bench/device/spark_start.py $R/spark_start.json ${START_RUNS:-3} \
         ${START_VARIANTS:-plugin plugin-copied} > $R/spark_start.log 2>&1
       echo "start rc=$?" >> $R/steps.log; tail -n 3 $R/spark_start.log | cut -c1-300 >> $R/steps.log ;;
     scale) $FL bench scale --profile gpu $(for o in ${SCALE_SET:-}; do echo --set $o; done) --results $R \
