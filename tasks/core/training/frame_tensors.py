@@ -73,6 +73,13 @@ def _values(s, dtype: str):
     return s.to_numpy(dtype)
 
 
+def _block(df, dtype: str):
+    """A frame's columns as one [rows, columns] array on its own device, missing values as NaN (floats)."""
+    if on_gpu(df):  # as evaluation's read_rows fills its matrix
+        return df.to_cupy(dtype=dtype, na_value=np.nan) if dtype.startswith("float") else df.to_cupy(dtype=dtype)
+    return df.to_numpy(dtype)
+
+
 def element_codes(s, topo: Topology, where: Path):
     """Each row's element index in the topology (its ``element_ids`` order); an unknown element is an error."""
     if on_gpu(s):
@@ -147,8 +154,7 @@ def fill_cells(files, spans, times, topo: Topology, names: list[str], gpu: bool,
         if int(t_idx.min()) < 0:  # the file begins before the window
             df, t_idx = df[t_idx >= 0], t_idx[t_idx >= 0]
         cell = t_idx * n_e + element_codes(df["element_id"], topo, where)
-        for j, name in enumerate(names):
-            x[cell, j] = _values(df[name], str(x.dtype))
+        x[cell] = _block(df[names], str(x.dtype))  # whole rows: a feature at a time wrote 4 bytes a sector
         y[cell] = _values(df["label"], "int8")
         mask[cell] = 1 - _values(df["in_fault"], "int8")
         filled[cell] = True
@@ -157,15 +163,20 @@ def fill_cells(files, spans, times, topo: Topology, names: list[str], gpu: bool,
     return x, (y, mask, filled), rows, (xp.concatenate(train_cells) if train_cells else xp.zeros(0, xp.int64))
 
 
-def train_stats(x, train_cells) -> tuple[np.ndarray, np.ndarray]:
-    """Each feature's float64 mean and std over the training rows, in their row order (the frame's statistics)."""
+def train_stats(x, train_cells, block: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's float64 mean and std over the training rows, in their row order (the frame's statistics).
+    The rows are gathered ``block`` features at a time: one feature's gather from the row-major X read a whole
+    memory sector for each 4-byte value, 84 times over."""
     xp = array_module(x)
     n_f = x.shape[1]
     mu, sd = np.empty(n_f), np.empty(n_f)
-    for j in range(n_f):
-        vt = x[train_cells, j].astype(xp.float64)
-        m, s = (float(xp.nanmean(vt)), float(xp.nanstd(vt))) if vt.size else (math.nan, math.nan)
-        mu[j], sd[j] = m, (s if math.isfinite(s) and s >= 1e-9 else 1.0)
+    for j0 in range(0, n_f, block):
+        rows = x[train_cells, j0 : j0 + block]
+        for k in range(rows.shape[1]):  # each feature's values as one contiguous vector, as the frame's were
+            vt = rows[:, k].astype(xp.float64)
+            m, s = (float(xp.nanmean(vt)), float(xp.nanstd(vt))) if vt.size else (math.nan, math.nan)
+            mu[j0 + k], sd[j0 + k] = m, (s if math.isfinite(s) and s >= 1e-9 else 1.0)
+        del rows
     return mu, sd
 
 

@@ -182,3 +182,18 @@ def test_features_are_gathered_in_float32_only_where_that_is_exact(tmp_path):
     assert raw_dtype(stored(a=np.float32([1.5, 2.5]), n=counts + 1), ["a", "n"]) == "float64"  # 2**24 + 1
     assert raw_dtype(stored(a=np.float32([1.5, 2.5]), n=-counts - 1), ["a"]) == "float32"  # only the names count
     assert raw_dtype(stored(a=np.float64([1.5, 2.5]), n=counts), ["a", "n"]) == "float64"
+
+
+def test_the_training_statistics_are_the_same_gathered_a_block_of_features_at_a_time():
+    from tasks.core.training.frame_tensors import train_stats
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(3.0, 2.0, (5000, 11)).astype(np.float32)
+    x[rng.random(x.shape) < 0.1] = np.nan
+    x[:, 4] = 1.5  # constant: its std is taken as 1
+    cells = rng.permutation(5000)[:3000]  # the training rows in the files' order, not the matrix's
+    one = train_stats(x, cells, block=1)
+    for block in (3, 8, 16):
+        got = train_stats(x, cells, block=block)
+        assert all(np.array_equal(a, b) for a, b in zip(got, one)), block  # bit for bit
+    assert one[1][4] == 1.0 and np.isclose(one[0][0], np.nanmean(x[cells, 0].astype(np.float64)))
