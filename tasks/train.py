@@ -67,7 +67,8 @@ def train_task(
     cfg = _warm_start(cfg, warm, features, inputs)
     fp = stage_fingerprint("train", inputs, cfg.model_copy(update={"init_weights": None}), *key)
     ckpt = root / "checkpoints" / fp
-    release_gpu_memory()  # what this process's pools hold (an earlier run's evaluation, say) goes to the ranks
+    if freed := sum(release_gpu_memory().values()):  # this process's pools (an earlier evaluation's) to the ranks
+        logger().info("train: %.1f GB of GPU memory this process's pools held went back before the ranks", freed / 1e9)
     if force and ckpt.exists():  # a forced retrain starts from scratch, not from the last checkpoint
         logger().info("train: --force/--refresh: checkpoints in %s cleared; training from epoch 1", ckpt)
         shutil.rmtree(ckpt)

@@ -54,7 +54,7 @@ def test_nothing_is_imported_or_touched_where_no_gpu_library_was_loaded(monkeypa
 @pytest.mark.parametrize("fails", [False, True])
 def test_evaluation_hands_its_gpu_memory_back_when_it_ends_or_fails(monkeypatch, tmp_path, fails):
     released = []
-    monkeypatch.setattr(ev, "release_gpu_memory", lambda: released.append(True))
+    monkeypatch.setattr(ev, "release_gpu_memory", lambda: released.append(True) or {"cupy": 0, "torch": 0})
     monkeypatch.setattr(ev.Topology, "read", staticmethod(lambda path: None))
 
     def evaluate(*args):
@@ -72,7 +72,7 @@ def test_the_train_task_frees_the_flow_processs_pools_before_its_ranks_start(mon
     import tasks.train as train
 
     calls = []
-    monkeypatch.setattr(train, "release_gpu_memory", lambda: calls.append("release"))
+    monkeypatch.setattr(train, "release_gpu_memory", lambda: calls.append("release") or {"cupy": 2**30, "torch": 0})
     monkeypatch.setattr(train, "_warm_start", lambda cfg, warm, features, inputs: cfg)
 
     def run_stage(*args, **kwargs):

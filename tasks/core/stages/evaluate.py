@@ -335,16 +335,17 @@ def evaluate_stage(
     import json
 
     topo = Topology.read(features_dir / "topology.json")
+    released: dict[str, int] = {}
     try:
         ev = evaluate(
             features_dir / "features", train_dir / "data.npz", train_dir / "model.pt", topo, names, cfg, seed,
             horizon, raw,
         )  # fmt: skip
+        lap = Laps()
+        plots = plot_evaluation(ev, out / "plots", metrics_module(score_device(cfg.tree_device)))
+        lap("plots")
     finally:  # the rows' matrix and the scores' batches leave this process's GPU pools for the stages after
-        release_gpu_memory()
-    lap = Laps()
-    plots = plot_evaluation(ev, out / "plots", metrics_module(score_device(cfg.tree_device)))
-    lap("plots")
+        released = release_gpu_memory()
     results = {k: r["metrics"] for k, r in ev["results"].items()}
     (out / "metrics.json").write_text(json.dumps(results, indent=1))
     tree, weight = ev["served"]
@@ -360,6 +361,7 @@ def evaluate_stage(
         "test_window": ev["test_window"],
         "timings_s": {**ev["timings_s"], **lap.seconds},
         "plots": {k: p.name for k, p in plots.items()},
+        "gpu_pools_released_bytes": released,
         "served": {k: v for k, v in served.items() if k != "features"},
     }
 
