@@ -97,7 +97,11 @@ def test_one_rank_trains_with_horovod_started_directly(data, tmp_path):
     np.testing.assert_allclose([h["train_loss"] for h in again], [h["train_loss"] for h in one], rtol=1e-6)
     timeline = got["rank_timeline"]
     assert timeline["prewarm"]["imports_s"] > 0 and timeline["prewarm"]["waited_s"] >= 0
-    assert timeline["parts_s"]["imports"] == 0 and 0 <= timeline["parts_s"]["launcher"] < 1
+    # nothing left to import at the launch: it reached the rank sooner than a fresh process got through its imports
+    # (a comparison, not a clock limit: a host busy with other tests slows both)
+    cold = launched["rank_timeline"]["parts_s"]
+    assert timeline["parts_s"]["imports"] == 0
+    assert 0 <= timeline["parts_s"]["launcher"] < cold["launcher"] + cold["imports"]
 
 
 def test_a_rank_started_ahead_and_not_taken_is_ended():
