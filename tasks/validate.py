@@ -13,7 +13,7 @@ from tasks.core.runtime import Runtime
 from tasks.core.schema import KPI_PARSE_CONF
 from tasks.core.stages.increment import Increment, late_rows_probe, merge_validation, separable
 from tasks.core.stages.raw import check_unchanged, discover
-from tasks.core.stages.validate import FilesChecked, expectation_rows, expectations_markdown, validate_stage
+from tasks.core.stages.validate import expectation_rows, expectations_markdown, files_checked, validate_stage
 from tasks.core.store import StageResult, digests_fingerprint, read_manifest, run_stage
 from tasks.runner import TASK_OPTIONS, finish_stage, logger, publish_table, spark_stage
 
@@ -23,7 +23,7 @@ def _increment(layout, inc: Increment, cfg: ValidateConfig, rt: Runtime, tmp: Pa
     taken apart from it (``increment.separable``)."""
     delta = layout.only(set(inc.new_files))
     probe = late_rows_probe(inc.old_start, inc.new_start, layout.end)
-    checked = FilesChecked(delta)  # the new files' bytes read while the JVM starts
+    checked = files_checked(delta)  # the new files' bytes read while the JVM starts
     body = spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, delta, tmp, cfg, probe, checked))
     found = body.pop("probe")
     why = separable(inc, found, layout.end)
@@ -55,7 +55,7 @@ def validate_task(
         found = {"raw_files": stamps, "raw_digests": digests, "raw_dir": str(Path(raw).resolve())}
         if increment is not None and (body := _increment(layout, increment, cfg, rt, tmp)) is not None:
             return {**body, **found}
-        checked = FilesChecked(layout)  # every export's bytes read while the JVM starts
+        checked = files_checked(layout)  # every export's bytes read while the JVM starts
         body = spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg, None, checked))
         return {**body, **found, "work_rows": body["rows_in"]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -160,39 +160,24 @@ def _gx_context(out_dir: Path):
     return context, sources
 
 
-class FilesChecked:
-    """:func:`check_files` run in a thread from now, so that it reads the exports' bytes while Spark's JVM starts
-    (``result()`` gives its figures or raises its ``DataRejected``; ``seconds``: how long it ran)."""
+def files_checked(layout: RawLayout) -> Future:
+    """:func:`check_files` started in a thread now, so that it reads the exports' bytes while Spark's JVM starts.
+    The future gives its figures and the seconds it ran, or raises its ``DataRejected``."""
 
-    def __init__(self, layout: RawLayout) -> None:
-        import threading
-
-        self._out: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, args=(layout,), name="check-files", daemon=True)
-        self._thread.start()
-
-    def _run(self, layout: RawLayout) -> None:
+    def timed() -> tuple[dict[str, int], float]:
         started = time.perf_counter()
-        try:
-            self._out["files"] = check_files(layout)
-        except BaseException as exc:  # handed to the caller of result()
-            self._out["error"] = exc
-        self._out["seconds"] = round(time.perf_counter() - started, 3)
+        return check_files(layout), round(time.perf_counter() - started, 3)
 
-    def result(self) -> dict[str, int]:
-        self._thread.join()
-        if "error" in self._out:
-            raise self._out["error"]
-        return self._out["files"]
-
-    @property
-    def seconds(self) -> float | None:
-        return self._out.get("seconds")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="check-files")
+    try:
+        return pool.submit(timed)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def run_validation(
     spark, layout: RawLayout, out_dir: Path, build_docs: bool = True, mostly: float = 1.0, probe=None,
-    checked: FilesChecked | None = None,
+    checked: Future | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """File-level checks (``checked``: started before the session), then one GX suite per source; returns the
     validation summary. ``mostly``: the share of rows each row rule (and the malformed-line and uniqueness checks)
@@ -200,7 +185,7 @@ def run_validation(
     ``probe(frames)``: more figures from the cached sources (``increment.late_rows_probe``)."""
     from pyspark.sql import functions as F
 
-    lap, files = Laps(), (checked or FilesChecked(layout)).result()  # Laps: where validation's time goes
+    lap, (files, ran_s) = Laps(), (checked or files_checked(layout)).result()  # Laps: where validation's time goes
     lap("check_files")  # with ``checked``: what the checks had left once the session was up
     topo = layout.topology()
     # GX's import and file context (seconds of Python) are made while the JVM parses and counts the exports
@@ -237,7 +222,7 @@ def run_validation(
     docs = context.get_docs_sites_urls()
     lap("results")
     return {
-        "timings_s": {**lap.seconds, **({"check_files_ran": checked.seconds} if checked is not None else {})},
+        "timings_s": {**lap.seconds, "check_files_ran": ran_s},
         "files": files,
         "window": {"start": layout.start.isoformat(), "end": layout.end.isoformat()},
         "rows": row_counts,
@@ -337,7 +322,7 @@ def expectations_markdown(summary: dict[str, Any]) -> str:
 
 
 def validate_stage(
-    spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig, probe=None, checked: FilesChecked | None = None
+    spark, layout: RawLayout, out_dir: Path, cfg: ValidateConfig, probe=None, checked: Future | None = None
 ) -> dict[str, Any]:
     """The validate stage's output in ``out_dir`` and its manifest body; rejects the run (exit 2) when more
     rows break the rules than ``validate.max_quarantine_rate`` allows (for an increment: in the new files)."""
