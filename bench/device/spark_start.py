@@ -63,7 +63,6 @@ VARIANTS = {  # name: (config overrides, Spark conf overrides, native libraries)
     "plugin-pinned-0": ([], {"spark.rapids.memory.pinnedPool.size": "0"}, "as-set"),
 }
 RAW = os.environ.get("START_RAW", "")  # raw exports: the first variant's runs also read them (kpi_read_*)
-LOADER = ("NativeDepsLoader", "lib-native-dir", "Skipped JAR extraction", "extract", "Loaded native")
 
 
 LOG4J2 = """rootLogger.level = warn
@@ -91,7 +90,6 @@ def one(name: str, raw: str = "", log: str = "") -> dict:
     if p.returncode != 0:
         return {"error": p.stderr[-800:]}
     row = json.loads(p.stdout.strip().splitlines()[-1])
-    row["loader_log"] = [line[-300:] for line in p.stderr.splitlines() if any(k in line for k in LOADER)][:12]
     if log:  # the explain lines left out: where the start's seconds went, not the plans
         lines = [ln[:300] for ln in p.stderr.splitlines() if TIMED.match(ln) and "Exec <" not in ln]
         row["jvm_log"] = lines[:150]
@@ -111,7 +109,7 @@ def main(out: Path, runs: int, names: list[str]) -> None:
     for r in range(runs):  # the variants take turns: a drift of the host falls on each alike
         for name in names:
             rows[name].append(one(name, RAW if name == names[0] else "", log if r == 0 else ""))
-            print(r, name, {k: v for k, v in rows[name][-1].items() if k != "loader_log"}, flush=True)
+            print(r, name, {k: v for k, v in rows[name][-1].items() if k != "jvm_log"}, flush=True)
     got = {}
     for name, rs in rows.items():
         ok = [x for x in rs if "error" not in x]
