@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -57,18 +58,41 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
+_DIGESTS: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> the content hash, for files not changed lately
+_DIGESTS_LOCK = threading.Lock()
+SETTLED_NS = 2_000_000_000  # a file unchanged this long is hashed once per process (as git's index trusts a stat)
+
+
 def file_digest(path: Path) -> str:
-    """One file's content hash (streamed; bounded memory)."""
+    """One file's content hash (streamed; bounded memory). A file last changed more than ``SETTLED_NS`` before it is
+    hashed keeps its hash in this process while its size, times and inode stay: a run's increment plan and its
+    stages hash each export once. A file changed since, or lately (a write within the clock's tick would leave its
+    times as they were), is hashed again."""
+    st = os.stat(path)
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    with _DIGESTS_LOCK:
+        if key in _DIGESTS:
+            return _DIGESTS[key]
+    settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:20]
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)  # releases the GIL: files hash in parallel (file_digests)
+    digest = h.hexdigest()[:20]
+    if settled:
+        with _DIGESTS_LOCK:
+            if len(_DIGESTS) > 100_000:
+                _DIGESTS.clear()
+            _DIGESTS[key] = digest
+    return digest
 
 
 def file_digests(paths: list[Path], root: Path | None = None) -> dict[str, str]:
-    """Each file's content hash by its name (relative to ``root``)."""
-    return {(p.relative_to(root).as_posix() if root else p.name): file_digest(p) for p in sorted(paths)}
+    """Each file's content hash by its name (relative to ``root``), the files hashed in parallel."""
+    paths = sorted(paths)
+    with ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1, len(paths)))) as pool:
+        digests = list(pool.map(file_digest, paths))
+    return {(p.relative_to(root).as_posix() if root else p.name): d for p, d in zip(paths, digests, strict=True)}
 
 
 def digests_fingerprint(digests: Mapping[str, str]) -> str:

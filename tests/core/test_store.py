@@ -111,3 +111,41 @@ def test_undefined_figures_are_written_as_strict_json_null(tmp_path):
 
     back = json.loads(out.read_text(), parse_constant=reject)  # a strict parser's view
     assert back == {"ece": None, "runs": [1.5, None, {"x": None}], "n": 3, "ok": True, "s": "nan"}
+
+
+def test_file_digests_hash_in_parallel_and_give_each_files_content_hash(tmp_path):
+    import hashlib
+
+    from tasks.core.store import file_digests
+
+    files = []
+    for i in range(12):
+        (f := tmp_path / "kpi" / f"day{i:02d}.csv").parent.mkdir(exist_ok=True)
+        f.write_bytes(bytes([i]) * (5 << 20) + b"tail")  # past one 4 MiB read
+        files.append(f)
+    got = file_digests(list(reversed(files)), tmp_path)
+    assert list(got) == [f"kpi/day{i:02d}.csv" for i in range(12)]  # by name, in order
+    assert all(got[f"kpi/day{i:02d}.csv"] == hashlib.sha256(f.read_bytes()).hexdigest()[:20] for i, f in enumerate(files))
+
+
+def test_a_settled_file_is_hashed_once_and_a_changed_or_fresh_one_again(tmp_path, monkeypatch):
+    import os
+
+    from tasks.core import store
+
+    opened: list[str] = []
+    real_open = open
+    monkeypatch.setattr(store, "open", lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k), raising=False)
+    monkeypatch.setattr(store, "_DIGESTS", {})
+    old, fresh = tmp_path / "old.csv", tmp_path / "fresh.csv"
+    old.write_text("a,b\n1,2\n")
+    fresh.write_text("a,b\n1,2\n")
+    os.utime(old, ns=(1_000_000_000, 1_000_000_000))  # changed long ago; its ctime is now, though:
+    monkeypatch.setattr(store, "SETTLED_NS", 0)  # ... here any file older than now counts as settled
+    first = store.file_digest(old)
+    assert store.file_digest(old) == first and opened == [str(old)]  # the second read from the kept hash
+    old.write_text("a,b\n1,3\n")  # same size, new bytes: its times change, so it is hashed again
+    assert store.file_digest(old) != first and opened == [str(old)] * 2
+    monkeypatch.setattr(store, "SETTLED_NS", 10**18)  # nothing is settled: a write within the clock's tick
+    store.file_digest(fresh), store.file_digest(fresh)  # could leave a fresh file's times as they were
+    assert opened.count(str(fresh)) == 2
