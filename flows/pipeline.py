@@ -15,7 +15,7 @@ from tasks.core.config import FaultlineConfig, load_config, run_overrides, stage
 from tasks.core.runs import Heartbeat
 from tasks.core.runtime import Runtime, resolve_runtime
 from tasks.core.secrets import refuse_literal_secrets
-from tasks.core.sparkops import one_application
+from tasks.core.sparkops import one_application, started_ahead
 from tasks.core.stages.features import lake_fingerprint
 from tasks.core.store import StageResult
 from tasks.core.training.launch import unlaunched
@@ -26,7 +26,7 @@ from tasks.increment import champion_weights, plan_increment
 from tasks.ingest import ingest_task
 from tasks.runner import logger, store_root, value
 from tasks.runs import mark_crashed_run, publish_links, recover_crashed_runs, revive_run
-from tasks.simulate import simulate_task
+from tasks.simulate import simulate_task, simulated_exports
 from tasks.tracking import (
     data_identity,
     finish_tracking,
@@ -36,7 +36,7 @@ from tasks.tracking import (
     system_metrics,
 )
 from tasks.train import train_task
-from tasks.validate import validate_task
+from tasks.validate import validate_task, validated_before
 
 Stage = Literal["validate", "ingest", "features", "train", "evaluate"]
 Profile = Literal["local", "gpu", "dgx"]
@@ -52,6 +52,17 @@ def node_metrics_spec(cfg: FaultlineConfig, run_id: str) -> dict[str, Any]:
         "tracking_uri": cfg.mlflow.tracking_uri,
         "root": cfg.paths.root,
     }
+
+
+def spark_ahead(cfg: FaultlineConfig, rt: Runtime, root: Path, plan: tuple[str, ...], raw: str | None, redo):
+    """The Spark conf :func:`spark_stages`'s application starts with at once, beside the run's start (MLflow, the
+    exports' digests and file checks), or None: no such application in the plan, exports still to simulate (the
+    simulation comes first and may want the GPU the plugin takes), or a validation of these very exports in the
+    store that the run likely reuses (a JVM started for nothing would be waited for and stopped)."""
+    exports = raw or simulated_exports(cfg.workload, root)
+    if not {"validate", "ingest"} <= set(plan) or exports is None:
+        return None
+    return rt.spark_conf if redo("validate") or not validated_before(Path(exports), root) else None
 
 
 @contextmanager
@@ -157,8 +168,17 @@ def fault_prediction_pipeline(
     cfg = load_config(profile, run_overrides(topology, days, overrides))
     plan, root = stage_plan(start_from, until, lake), store_root(cfg.paths.root)
     rt = resolve_runtime(cfg, root)
-    run_dir = root / "runs" / str(flow_run.get_id() or "local")
     data = data_identity(cfg, raw)  # the preflight of a raw directory: a bad one is refused before anything starts
+    redo, network = (lambda s: force or s in (refresh or [])), data["network"]
+    with started_ahead(spark_ahead(cfg, rt, root, plan, raw, redo), "validate-ingest"):
+        return _tracked_run(cfg, rt, root, plan, raw, lake, redo, network, data, incremental)
+
+
+def _tracked_run(
+    cfg: FaultlineConfig, rt: Runtime, root: Path, plan, raw, lake, redo, network: str, data: dict, incremental: bool
+) -> dict[str, Any]:
+    """The pipeline's run in MLflow (its stages, records and summary), with the heartbeat that marks it alive."""
+    run_dir = root / "runs" / str(flow_run.get_id() or "local")
     recovered = recover_crashed_runs(cfg, root)
     run_id = start_tracking(cfg, rt, flow_run.get_id(), run_dir, data)
     summary: dict[str, Any] = {"run_id": flow_run.get_id(), "status": "failed", "stages": {}, "metrics": {}}
@@ -170,7 +190,6 @@ def fault_prediction_pipeline(
                 if off:
                     get_run_logger().info("MLflow system metrics off: %s", off)
                 nodes = None if off else node_metrics_spec(cfg, run_id)  # other training hosts' system metrics
-                redo, network = (lambda s: force or s in (refresh or [])), data["network"]
                 notes: dict[str, Any] = {}  # what the run's summary says beside its stages (the Spark JVM's end)
                 stages = run_stages(cfg, rt, root, plan, raw, lake, redo, nodes, incremental, network, notes)
                 summary.update(notes)

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from tasks.core.config import WorkloadConfig
 from tasks.core.stages.simulate import simulate_stage
-from tasks.core.store import StageResult, run_stage, staging_into
+from tasks.core.store import StageResult, completed, run_stage, stage_fingerprint, staging_into
 from tasks.runner import TASK_OPTIONS, finish_stage
 
 
@@ -26,3 +26,9 @@ def simulate_task(cfg: WorkloadConfig, root: Path, out: str | None = None) -> St
         with staging_into(Path(out)) as tmp:
             return _compute(cfg, tmp)
     return finish_stage(run_stage(root, "raw", {}, cfg, lambda tmp: _compute(cfg, tmp)))
+
+
+def simulated_exports(cfg: WorkloadConfig, root: Path) -> Path | None:
+    """Where :func:`simulate_task` keeps this workload's exports, if it has made them (None: still to simulate)."""
+    done = completed(root, "raw", stage_fingerprint("raw", {}, cfg))
+    return done.path if done is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from tasks.core.schema import KPI_PARSE_CONF
 from tasks.core.stages.increment import Increment, late_rows_probe, merge_validation, separable
 from tasks.core.stages.raw import check_unchanged, discover
 from tasks.core.stages.validate import expectation_rows, expectations_markdown, files_checked, validate_stage
-from tasks.core.store import StageResult, digests_fingerprint, read_manifest, run_stage
+from tasks.core.store import MANIFEST, StageResult, digests_fingerprint, read_manifest, run_stage
 from tasks.runner import TASK_OPTIONS, finish_stage, logger, publish_table, spark_stage
 
 
@@ -40,6 +41,17 @@ def _increment(layout, inc: Increment, cfg: ValidateConfig, rt: Runtime, tmp: Pa
     firsts = {k: found[k] for k in ("first_kpi", "first_alarm")}
     taken = replace(inc, late_days=tuple(found["late_days"]), **firsts)
     return {**merged, "increment": taken.describe()}
+
+
+def validated_before(raw: Path, root: Path) -> bool:
+    """Whether the store holds a validation of these very exports (the directory, each file's name, size and time):
+    a run over them likely reuses it, and starts no Spark for it."""
+    layout, where = discover(Path(raw)), str(Path(raw).resolve())
+    for manifest in (Path(root) / "validate").glob(f"*/{MANIFEST}"):
+        m = json.loads(manifest.read_text())
+        if m.get("raw_dir") == where and m.get("raw_files") == layout.stamps():
+            return True
+    return False
 
 
 @task(name="validate", **TASK_OPTIONS)

@@ -12,9 +12,12 @@ GPU: the report a CPU host can produce (and the tests check), the same parser fo
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,65 @@ _WRAPPERS = {"AdaptiveSparkPlanExec", "TableCacheQueryStageExec", "ShuffleQueryS
 
 
 _SCOPE: dict[str, Any] | None = None  # one_application's: its name, its session, the frames a stage shared
+_AHEAD: dict[str, Any] | None = None  # started_ahead's: the application's name and its start (a Future)
+
+
+@contextmanager
+def started_ahead(conf: dict[str, str] | None, name: str) -> Iterator[Future | None]:
+    """Within: the application ``faultline-<name>`` starts in a thread at once (its JVM, the RAPIDS Accelerator's
+    GPU set-up and a first trivial query, which pays the one-off costs of a first task) while the flow does what
+    comes before its first Spark stage (MLflow's run, the exports' digests, the file checks); the
+    :func:`one_application` of that name takes it. ``conf`` None, or a session already active in this process:
+    nothing starts. On exit a session that no scope took is stopped (its JVM ended where the plugin ran)."""
+    global _AHEAD
+    from pyspark.sql import SparkSession
+
+    if conf is None or SparkSession.getActiveSession() is not None:
+        yield None
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="spark-ahead")
+    _AHEAD = {"name": name, "start": pool.submit(_start, conf, name)}
+    pool.shutdown(wait=False)
+    try:
+        yield _AHEAD["start"]
+    finally:
+        left, _AHEAD = _AHEAD, None
+        if left is not None:
+            scope = {"ahead": left, "spark": None}
+            _take_ahead(scope)
+            if scope["spark"] is not None:
+                stop(scope["spark"])
+
+
+def _start(conf: dict[str, str], name: str) -> tuple[Any, dict[str, float]]:
+    """The session started ahead, and the seconds its start and its first query took."""
+    from tasks.core.runtime import spark_session
+
+    t0 = time.perf_counter()
+    spark = spark_session({**conf, "spark.app.name": f"faultline-{name}"})
+    t1 = time.perf_counter()
+    with job_group(spark, "start", "a first trivial query: the one-off costs of a first task, paid ahead"):
+        spark.range(1000).selectExpr("sum(id)").collect()
+    return spark, {"session_s": round(t1 - t0, 3), "first_query_s": round(time.perf_counter() - t1, 3)}
+
+
+def _take_ahead(scope: dict[str, Any]) -> None:
+    """The session started ahead for ``scope``, waited for and made the scope's (with its start's seconds as
+    ``started_ahead``). A start that failed leaves the scope without one: the stage then starts it itself, which
+    is also the second try a JVM that died while starting gets (``runtime.get_or_create``)."""
+    ahead = scope.pop("ahead", None)
+    if ahead is None:
+        return
+    try:
+        scope["spark"], scope["started_ahead"] = ahead["start"].result()
+    except Exception as exc:  # noqa: BLE001 - said here, and the stage's own start raises what is wrong
+        logging.getLogger(__name__).warning("Spark's application, started ahead, failed to start: %s", exc)
+
+
+def taken_ahead() -> dict[str, float] | None:
+    """The seconds the session started ahead took to start and to run its first query (once, to the stage that
+    took it), or None where the stage's session was not started ahead."""
+    return _SCOPE.pop("started_ahead", None) if _SCOPE is not None else None
 
 
 @contextmanager
@@ -40,15 +102,18 @@ def one_application(name: str) -> Iterator[dict[str, Any]]:
     unpersisted and the application stopped; the scope's dict then says whether its JVM was ended too
     (``jvm_ended``: the RAPIDS Accelerator ran) and the GPU memory in use after (``gpu_memory_used_mib``). Nested,
     the outer scope holds."""
-    global _SCOPE
+    global _SCOPE, _AHEAD
     if _SCOPE is not None:
         yield _SCOPE
         return
     _SCOPE = scope = {"name": name, "spark": None, "frames": {}, "jvm_ended": False}
+    if _AHEAD is not None and _AHEAD["name"] == name:  # started_ahead's session, now this scope's
+        scope["ahead"], _AHEAD = _AHEAD, None
     try:
         yield scope
     finally:
         _SCOPE = None
+        _take_ahead(scope)  # one no stage took: stopped below like any other
         try:
             for frames in scope["frames"].values():
                 unpersist(frames)
@@ -120,6 +185,8 @@ def stage_spark(conf: dict[str, str], stage: str) -> Iterator[Any]:
 
     from tasks.core.runtime import spark_session
 
+    if _SCOPE is not None:
+        _take_ahead(_SCOPE)
     owned = SparkSession.getActiveSession() is None
     if _SCOPE is not None and (owned or _alive(_SCOPE["spark"])):
         if not _alive(_SCOPE["spark"]):

@@ -127,3 +127,149 @@ def test_the_runs_summary_says_the_plugins_jvm_ended_and_what_the_gpu_holds_afte
         with sparkops.stage_spark({}, "validate"):
             pass
     assert cpu == {}  # Spark on the CPU: its JVM stays, nothing to say
+
+
+class AheadSession(FakeSession):
+    """What the start ahead touches: a job group and a first query."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        super().__init__(conf)
+        self.queries = 0
+        self._jsc = self
+
+    def setJobGroup(self, group: str, description: str) -> None:  # noqa: N802 (pyspark's name)
+        self.group = group
+
+    def clearJobGroup(self) -> None:  # noqa: N802 (pyspark's name)
+        self.group = None
+
+    def range(self, n: int):
+        return self
+
+    def selectExpr(self, *exprs: str):  # noqa: N802 (pyspark's name)
+        return self
+
+    def collect(self) -> list:
+        self.queries += 1
+        return [(499500,)]
+
+    def stop(self) -> None:
+        self._jsc = None
+
+    def getConf(self):  # noqa: N802 (pyspark's name)
+        return Conf(self.conf)
+
+
+class Conf(dict):
+    def getAll(self):  # noqa: N802 (pyspark's name)
+        return list(self.items())
+
+
+@pytest.fixture()
+def ahead_sessions(monkeypatch) -> list[AheadSession]:
+    made: list[AheadSession] = []
+
+    def start(conf):
+        made.append(AheadSession(conf))
+        return made[-1]
+
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(runtime, "spark_session", start)
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
+    return made
+
+
+def test_the_application_started_ahead_is_the_one_its_stages_use(ahead_sessions, tmp_path):
+    from tasks.runner import spark_stage
+
+    class Rt:
+        spark_conf = {"k": "v"}
+
+    with sparkops.started_ahead({"k": "v"}, "validate-ingest") as start:
+        start.result()  # started (and its first query run) before any stage asks
+        assert len(ahead_sessions) == 1 and ahead_sessions[0].queries == 1
+        with sparkops.one_application("validate-ingest"):
+            first = spark_stage(Rt(), "validate", tmp_path, lambda spark: {"spark": spark})
+            second = spark_stage(Rt(), "ingest", tmp_path, lambda spark: {"spark": spark})
+    assert first["spark"] is second["spark"] is ahead_sessions[0] and len(ahead_sessions) == 1
+    assert ahead_sessions[0].conf["spark.app.name"] == "faultline-validate-ingest"
+    assert set(first["spark_started_ahead"]) == {"session_s", "first_query_s"}  # said by the stage that took it
+    assert "spark_started_ahead" not in second and ahead_sessions[0]._jsc is None  # stopped with the scope
+
+
+def test_an_application_started_ahead_that_no_stage_takes_is_stopped(ahead_sessions):
+    with sparkops.started_ahead({}, "validate-ingest"):
+        with sparkops.one_application("validate-ingest"):
+            pass  # both stages reused from the store
+    with sparkops.started_ahead({}, "validate-ingest"):
+        pass  # the run failed before its Spark stages
+    assert len(ahead_sessions) == 2 and all(s._jsc is None for s in ahead_sessions)
+    assert sparkops._AHEAD is None and sparkops._SCOPE is None
+
+
+def test_a_start_ahead_that_failed_leaves_the_stage_to_start_its_own(ahead_sessions, monkeypatch):
+    calls: list[int] = []
+
+    def flaky(conf):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("the JVM died while starting")
+        ahead_sessions.append(AheadSession(conf))
+        return ahead_sessions[-1]
+
+    monkeypatch.setattr(runtime, "spark_session", flaky)
+    with sparkops.started_ahead({}, "validate-ingest"):
+        with sparkops.one_application("validate-ingest"):
+            with sparkops.stage_spark({}, "validate") as spark:
+                assert spark is ahead_sessions[0] and sparkops.taken_ahead() is None
+    assert len(calls) == 2 and spark._jsc is None
+
+
+def test_nothing_starts_ahead_without_a_conf_or_beside_an_active_session(ahead_sessions, monkeypatch):
+    from pyspark.sql import SparkSession
+
+    with sparkops.started_ahead(None, "validate-ingest") as start:
+        assert start is None
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: object()))
+    with sparkops.started_ahead({}, "validate-ingest") as start:
+        assert start is None
+    assert ahead_sessions == []
+
+
+def test_the_flow_starts_its_spark_application_ahead_unless_it_likely_reuses_the_validation(tmp_path, monkeypatch):
+    import json
+
+    import flows.pipeline as pipeline
+    from tasks.core.store import MANIFEST
+
+    raw = tmp_path / "raw"
+    (raw / "kpi").mkdir(parents=True)
+    (raw / "kpi" / "kpi_2026-01-05.csv").write_text("x\n")
+    stamps = {"kpi/kpi_2026-01-05.csv": [2, 1]}
+
+    class Layout:
+        def stamps(self):
+            return stamps
+
+    class Rt:
+        spark_conf = {"k": "v"}
+
+    class Cfg:
+        workload = None
+
+    monkeypatch.setattr("tasks.validate.discover", lambda p: Layout())
+    monkeypatch.setattr(pipeline, "simulated_exports", lambda w, root: None)
+    both, no = ("validate", "ingest", "features"), (lambda s: False)
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), no) == {"k": "v"}  # nothing in the store
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, ("features",), str(raw), no) is None  # no Spark stage
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, ("validate",), str(raw), no) is None  # no shared application
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, None, no) is None  # exports still to simulate
+    (done := tmp_path / "validate" / "fp1").mkdir(parents=True)
+    (done / MANIFEST).write_text(json.dumps({"raw_dir": str(raw.resolve()), "raw_files": stamps}))
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), no) is None  # these very files validated
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), lambda s: s == "validate") == {"k": "v"}
+    stamps["kpi/kpi_2026-01-06.csv"] = [2, 2]  # a new day's file: validated again
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), no) == {"k": "v"}
+    monkeypatch.setattr(pipeline, "simulated_exports", lambda w, root: raw)  # simulated before
+    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, None, no) == {"k": "v"}
