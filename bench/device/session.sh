@@ -38,6 +38,9 @@
 #             copying them out of the jar), START_RUNS rounds (default 3); the first variant's runs also read the
 #             run's KPI exports twice, and the first round keeps the JVM's timestamped log of its start:
 #             spark_start.json
+#   pinned    bench/device/pinned_ab.py: validate and ingest from the run's exports with the plugin's pinned host
+#             pool at each of PINNED_SIZES (default 8g 0), taking turns PINNED_ROUNDS times (default 2), each in a
+#             fresh store: pinned_pool.json
 #   scale     faultline bench scale --profile gpu: the GPU path at 1x, 4x and 8x the profile's days (bench.full.
 #             scale_factors; SCALE_SET adds --set overrides), each from raw in a fresh store: e2e_scale.json;
 #             SCALE_DAYS (e.g. 112) simulates the largest size's exports during setup, after the run's
@@ -64,7 +67,7 @@ presimulate() {  # as soon as the venv can import the simulator: the same conten
   case " ${STEPS:-} " in *" ingest "*|*" profile "*)  # the ingest bench's exports, where a step reads them
   PYTHONPATH=$PWD .venv/bin/python -c "from pathlib import Path; from tasks.core.benchmarks.ingest import ensure_raw; print(ensure_raw(Path('/tmp/fl/bench/ingest'), 1.0))" > $R/simulate_bench.log 2>&1 & ;;
   esac
-  PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print('RAW', s(topology='backbone/world', days=${DAYS:-14}, profile='gpu'))" > $R/simulate.log 2>&1
+  PYTHONPATH=$PWD .venv/bin/python -c "from flows.simulate import simulate_workload as s; print('RAW', s(topology='backbone/world', days=${DAYS:-14}, profile='gpu')['out'])" > $R/simulate.log 2>&1
   echo "simulate rc=$?" >> $R/steps.log
   if [ -n "${SCALE_DAYS:-}" ]; then  # the scale step's largest exports too, while setup runs (the same store entry)
     s0=$(date +%s)
@@ -176,6 +179,9 @@ PY
     start) START_LOG=1 START_RAW=$(sed -n 's/^RAW //p' $R/simulate.log | tail -1) PYTHONPATH=$PWD .venv/bin/python bench/device/spark_start.py $R/spark_start.json ${START_RUNS:-3} \
         ${START_VARIANTS:-plugin plugin-copied} > $R/spark_start.log 2>&1
       echo "start rc=$?" >> $R/steps.log; tail -n 3 $R/spark_start.log | cut -c1-300 >> $R/steps.log ;;
+    pinned) .venv/bin/python bench/device/pinned_ab.py "$(sed -n 's/^RAW //p' $R/simulate.log | tail -1)" $R/pinned_pool.json \
+        ${PINNED_ROUNDS:-2} ${PINNED_SIZES:-8g 0} > $R/pinned_ab.log 2>&1
+      echo "pinned rc=$?" >> $R/steps.log; tail -n 4 $R/pinned_ab.log | cut -c1-400 >> $R/steps.log ;;
     scale) $FL bench scale --profile gpu $(for o in ${SCALE_SET:-}; do echo --set $o; done) --results $R \
         --work /tmp/fl/bench --json > $R/scale.log 2>&1
       echo "scale rc=$?" >> $R/steps.log; mkdir -p $R/manifests; cp -r /tmp/fl/bench/scale/*-manifests $R/manifests/ 2>/dev/null
@@ -238,7 +244,7 @@ PY
 # at most 8 files come back: the headline files, and everything else in one tarball (written aside, then moved)
 collect() {
   cp /tmp/fl/bench/ingest/partial.json $R/ingest_partial.json 2>/dev/null  # the ingest variants finished so far
-  for f in steps.log install_time.txt ingest.json checklist.md e2e.json e2e_scale.json scaling.json spark_start.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
+  for f in steps.log ingest.json checklist.md e2e.json e2e_scale.json spark_start.json pinned_pool.json; do [ -f $R/$f ] && cp $R/$f "$OUT/"; done
   tar czf $OUT/.out.tgz.part --exclude='*.tgz' -C $R . 2>/dev/null && mv $OUT/.out.tgz.part $OUT/out.tgz
 }
 

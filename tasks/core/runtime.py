@@ -159,9 +159,10 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         conf["spark.shuffle.manager"] = f"com.nvidia.spark.rapids.spark{version}.RapidsShuffleManager"
         conf["spark.rapids.shuffle.mode"] = cfg.rapids_shuffle_mode
     if cfg.rapids_mode == "executeOnGPU":  # explainOnly runs on the CPU: no GPU to ask for, no pinned memory
-        # 16 tasks' host<->GPU copies overran a 2 GiB pool on an H200 host (~1,000 "maximum pool size exceeded" a
-        # run: the plugin then falls back to pageable memory); a DGX host has the RAM for 8 GiB
-        conf["spark.rapids.memory.pinnedPool.size"] = "8g"
+        # ingest.rapids_pinned_pool: 16 tasks' host<->GPU copies overran a 2 GiB pool on an H200 host (~1,000 "maximum
+        # pool size exceeded" a run: the plugin then falls back to pageable memory); allocating the pool is part of
+        # the plugin's start (bench/device/spark_start.py's plugin-pinned-0 variant measures what it costs)
+        conf["spark.rapids.memory.pinnedPool.size"] = cfg.rapids_pinned_pool
         if not cfg.master.startswith("local"):  # a cluster schedules GPUs; local mode has one process and GPU 0
             conf["spark.executor.resource.gpu.amount"] = "1"
             conf["spark.task.resource.gpu.amount"] = str(round(1 / max(1, cfg.concurrent_gpu_tasks), 3))

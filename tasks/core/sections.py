@@ -129,6 +129,12 @@ class IngestConfig(_Section):
         "sort shuffle (spark.rapids.shuffle.enabled=false), for comparison",
     )
     concurrent_gpu_tasks: int = Field(2, ge=1)
+    rapids_pinned_pool: str = Field(
+        "8g",
+        pattern=r"^\d+[kmgKMG]?$",
+        description="the RAPIDS Accelerator's pinned host memory pool (spark.rapids.memory.pinnedPool.size; 0: none, "
+        "copies to the GPU then go through pageable memory). The plugin allocates it page by page as it starts",
+    )
     kpi_parse: Literal["csv", "lines", "auto"] = Field(
         "csv",
         description="how validation and ingest parse the KPI exports: csv, Spark's CSV parser; lines, each line read "
@@ -137,6 +143,11 @@ class IngestConfig(_Section):
         "lines where the RAPIDS Accelerator runs, csv on the CPU (the faster there)",
     )
     extra_conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("rapids_pinned_pool", mode="before")
+    @classmethod
+    def _size_as_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class FeaturesConfig(_Section):

@@ -1,6 +1,7 @@
 import pytest
 
 from tasks.core.config import load_config
+from tasks.core.errors import ConfigError
 from tasks.core.runtime import GPU, Hardware, RapidsJarMissing, detect_hardware, executor_memory_gb, spark_conf
 
 H200 = Hardware(cpu_count=16, memory_gb=128, gpus=(GPU(0, "NVIDIA H200", 139.8),), source="test")
@@ -65,6 +66,11 @@ def test_rapids_conf_when_the_jar_exists(tmp_path):
         load_config("dgx", [f"ingest.rapids_jar={jar}", "ingest.rapids_mode=explainOnly"]).ingest, H200, None
     )
     assert explain["spark.rapids.sql.mode"] == "explainOnly" and "spark.rapids.memory.pinnedPool.size" not in explain
+    assert conf["spark.rapids.memory.pinnedPool.size"] == "8g"
+    none = spark_conf(load_config("dgx", [f"ingest.rapids_jar={jar}", "ingest.rapids_pinned_pool=0"]).ingest, H200, None)
+    assert none["spark.rapids.memory.pinnedPool.size"] == "0"  # no pool: the copies go through pageable memory
+    with pytest.raises(ConfigError, match="rapids_pinned_pool"):
+        load_config("dgx", ["ingest.rapids_pinned_pool=eight"])
 
 
 def test_installed_rapids_jar_is_the_venvs(tmp_path, monkeypatch):
