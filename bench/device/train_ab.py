@@ -1,9 +1,10 @@
 """Training throughput of two source trees on the same card, in one invocation: A/B, alternating, N runs each.
 
 Whether a change to the model or the loop leaves training no slower: a figure from another card, or another day,
-says nothing about that; the code from before the change, run on the same card in the same call, does. Each run is `bench train`'s own `_run` (Horovod, one
-GPU, a fresh directory, the same synthetic snapshots for both trees), imported from the tree under test
-(PYTHONPATH=tree, checked), in its own process; the trees alternate (A B A B ...) so that drift hits both.
+says nothing about that; the code from before the change, run on the same card in the same call, does. Each run
+is `bench train`'s own `_run` (Horovod, one GPU, a fresh directory, the same synthetic snapshots for both trees),
+imported from the tree under test (PYTHONPATH=tree, checked), in its own process; the trees alternate (A B A B
+...) so that drift hits both.
 
   usage: python bench/device/train_ab.py BASE_TREE HEAD_TREE OUT.json [--repeats 3] [--profile gpu]
              [--times 4032] [--topology backbone/world] [--set section.key=value ...]
