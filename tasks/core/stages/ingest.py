@@ -15,6 +15,7 @@ from typing import Any
 
 from tasks.core.config import IngestConfig
 from tasks.core.errors import InvariantBroken
+from tasks.core.laps import Laps
 from tasks.core.schema import ALARM_NAMES, KPI_NAMES
 from tasks.core.sparkops import job_group, take_frames, unpersist
 from tasks.core.stages.raw import CORRUPT, RawLayout
@@ -241,7 +242,7 @@ def ingest_source(
     from tasks.core.runtime import effective_spark_conf
     from tasks.core.sparkops import plugin_active
 
-    group, gpu = f"ingest:{name}", plugin_active(effective_spark_conf(spark))
+    group, gpu, lap = f"ingest:{name}", plugin_active(effective_spark_conf(spark)), Laps()
     files = sorted(files)  # number_files' order: a row's _file_no is its file's place here, from 1
     df, source = _file_numbers(df, files)
     # When the dedup key holds the timestamp, all copies of a key fall on one day: the rows are shuffled once, by
@@ -254,6 +255,7 @@ def ingest_source(
     reasons = [*flags, "duplicate"]
     ranked = rank_rows(df, flags, key, cluster).persist()
     observed, counted = _counting(spark, ranked, flags, group, name, observe=bool(cluster) and not gpu)
+    lap(f"{name}_count")  # a pass of its own where the counts cannot ride on the quarantine's write
     q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, source, *reasons, "reasons"]
     quarantine = (
         _quarantined(observed, flags)
@@ -265,14 +267,18 @@ def ingest_source(
     with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; write the quarantine"):
         _write(quarantine, out / "quarantine" / name, cfg, clustered=bool(cluster))
     counts = counted()
+    lap(f"{name}_quarantine")
     day = F.col("_day") if cluster else F.to_date("timestamp")
     clean = _clean(ranked).select(*columns, day.alias("date"), *[c for c in cluster if c == SLOT])
     with job_group(spark, group, f"ingest {name}: write the lake"):
         _write(clean, out / name, cfg, clustered=bool(cluster))
     ranked.unpersist()
+    lap(f"{name}_lake")
     out_facts = _parquet_facts(out / name)
     rows_in, rows_q = _check_rows(name, counts, out_facts, _parquet_facts(out / "quarantine" / name))
+    lap(f"{name}_footers")
     return {
+        "timings_s": lap.seconds,
         "rows_in": rows_in,
         "rows_out": out_facts["rows"],
         "rows_quarantined": rows_q,
@@ -321,8 +327,10 @@ def run_ingest(spark, layout: RawLayout, out: Path, cfg: IngestConfig) -> dict[s
     }
     if shared:
         unpersist(shared)
+    timings = {k: v for source in sources.values() for k, v in source.pop("timings_s").items()}
     (out / "topology.json").write_text(json.dumps(topo.to_json()))  # whatever format it came in, JSON downstream
     return {
+        "timings_s": timings,  # where ingest's time goes, by source and part
         "raw_parse": "validation's, in the same Spark application" if shared else "read and parsed here",
         "sources": sources,
         "rows_in": sum(s["rows_in"] for s in sources.values()),
