@@ -29,7 +29,8 @@ def stage_parts(manifest: dict) -> dict:
     timeline = (manifest.get("launch") or {}).get("rank_timeline") or {}
     if timeline:
         out["rank_parts_s"], out["prewarm"] = timeline.get("parts_s"), timeline.get("prewarm")
-        out["tensor_build_s"] = (manifest.get("data") or {}).get("tensor_build_s")
+        data = manifest.get("data") or {}
+        out["tensor_build_s"], out["tensor_parts_s"] = data.get("tensor_build_s"), data.get("tensor_parts_s")
     return out
 
 

@@ -15,3 +15,19 @@ class Laps:
         now = time.perf_counter()
         self.seconds[name] = round(now - self.start, 3)
         self.start = now
+
+
+class SyncedLaps(Laps):
+    """Laps of GPU work: with ``gpu``, each lap first waits for the work queued on the current CUDA device (CuPy's
+    view of it), so that a part's seconds are its own and not the next part's."""
+
+    def __init__(self, gpu: bool) -> None:
+        super().__init__()
+        self.gpu = gpu
+
+    def __call__(self, name: str) -> None:
+        if self.gpu:
+            import cupy
+
+            cupy.cuda.Device().synchronize()
+        super().__call__(name)

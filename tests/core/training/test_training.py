@@ -61,6 +61,10 @@ def test_horovod_and_ddp_agree(data, tiny_features, tmp_path):
     np.testing.assert_array_equal(meta["mean"], host["mean"])
     info = json.loads((tmp_path / "ddp" / "data_info.json").read_text())
     assert info["rows"] > 0 and info["tensor_device"] == "cpu" and info["tensor_build_s"] >= 0
+    parts = ["step_index", "fill_cells", "train_stats", "standardise", "the_rest"]  # where the build's time goes
+    assert (
+        list(info["tensor_parts_s"]) == parts and sum(info["tensor_parts_s"].values()) <= info["tensor_build_s"] + 0.01
+    )
     assert [h["epoch"] for h in hvd] == [0, 1, 2, 3]
     np.testing.assert_allclose([h["train_loss"] for h in hvd], [h["train_loss"] for h in ddp], rtol=1e-6)
     np.testing.assert_allclose([h["val_pr_auc"] for h in hvd], [h["val_pr_auc"] for h in ddp], rtol=1e-6)
