@@ -67,7 +67,9 @@ def test_rapids_conf_when_the_jar_exists(tmp_path):
     )
     assert explain["spark.rapids.sql.mode"] == "explainOnly" and "spark.rapids.memory.pinnedPool.size" not in explain
     assert conf["spark.rapids.memory.pinnedPool.size"] == "8g"
-    none = spark_conf(load_config("dgx", [f"ingest.rapids_jar={jar}", "ingest.rapids_pinned_pool=0"]).ingest, H200, None)
+    none = spark_conf(
+        load_config("dgx", [f"ingest.rapids_jar={jar}", "ingest.rapids_pinned_pool=0"]).ingest, H200, None
+    )
     assert none["spark.rapids.memory.pinnedPool.size"] == "0"  # no pool: the copies go through pageable memory
     with pytest.raises(ConfigError, match="rapids_pinned_pool"):
         load_config("dgx", ["ingest.rapids_pinned_pool=eight"])

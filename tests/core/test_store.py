@@ -125,7 +125,9 @@ def test_file_digests_hash_in_parallel_and_give_each_files_content_hash(tmp_path
         files.append(f)
     got = file_digests(list(reversed(files)), tmp_path)
     assert list(got) == [f"kpi/day{i:02d}.csv" for i in range(12)]  # by name, in order
-    assert all(got[f"kpi/day{i:02d}.csv"] == hashlib.sha256(f.read_bytes()).hexdigest()[:20] for i, f in enumerate(files))
+    assert all(
+        got[f"kpi/day{i:02d}.csv"] == hashlib.sha256(f.read_bytes()).hexdigest()[:20] for i, f in enumerate(files)
+    )
 
 
 def test_a_settled_file_is_hashed_once_and_a_changed_or_fresh_one_again(tmp_path, monkeypatch):

@@ -191,7 +191,9 @@ def test_the_example_network_runs_as_shipped(tmp_path):
     assert ing["rows_in"] == ing["rows_out"] + ing["rows_quarantined"] and ing["rows_out"] > 0.97 * 3 * 8 * 288
     val = json.loads(Path(out["stages"]["validate"]["output"], "_manifest.json").read_text())
     ahead = val["spark_started_ahead"]  # Spark's application started beside MLflow's run, its first query run
-    assert ahead["session_s"] > 0 and ahead["first_query_s"] > 0 and val["timings_s"]["spark_start"] < ahead["session_s"]
+    assert (
+        ahead["session_s"] > 0 and ahead["first_query_s"] > 0 and val["timings_s"]["spark_start"] < ahead["session_s"]
+    )
     run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(out["mlflow_run_id"])
     assert run.info.run_name == "metro-west 2026-01-05..2026-01-07 (local)"
     assert run.data.tags["data_source"] == str(example) and not any(k.startswith("workload.") for k in run.data.params)

@@ -160,7 +160,9 @@ def test_ingest_output_typed_and_partitioned(spark, tiny_raw, tmp_path):
     assert df["if_errors"].dtype == "int64"
     assert res["sources"]["kpi"]["parquet"]["row_groups"] >= 3
     parts = [f"{s}_{p}" for s in ("kpi", "alarms") for p in ("count", "quarantine", "lake", "footers")]
-    assert list(res["timings_s"]) == parts and all(v >= 0 for v in res["timings_s"].values())  # where ingest's time goes
+    assert list(res["timings_s"]) == parts and all(
+        v >= 0 for v in res["timings_s"].values()
+    )  # where ingest's time goes
     assert "timings_s" not in res["sources"]["kpi"]
 
 
