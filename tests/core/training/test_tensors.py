@@ -140,6 +140,7 @@ def test_the_ranks_own_build_equals_the_host_build(tmp_path, graph, stored):
     for k in d.files:
         np.testing.assert_array_equal(np.asarray(arrays[k]), d[k], err_msg=k)
     assert arrays["X"].dtype == np.float32 and info["rows"] == len(df)
+    assert set(info.pop("tensor_parts_s")) == {"step_index", "fill_cells", "train_stats", "standardise", "the_rest"}
     assert info == {k: v for k, v in meta.items() if k != "feature_names"}
 
 
