@@ -104,6 +104,16 @@ def _quarantined(ranked, flags: dict):
     return q.withColumn("reasons", F.concat_ws(",", *[F.when(F.col(c), F.lit(c)) for c in [*flags, "duplicate"]]))
 
 
+def _quarantine_rows(ranked, flags: dict, columns: tuple[str, ...], source: str, reasons: list[str]):
+    """The quarantine's rows as written: the columns, the line's text, its file, each reason's flag, the reasons, and
+    the day (``unknown`` where the timestamp did not parse)."""
+    from pyspark.sql import functions as F
+
+    q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, source, *reasons, "reasons"]
+    date = F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown"))
+    return _quarantined(ranked, flags).select(*q_cols).withColumn("date", date)
+
+
 def _write(df, path: Path, cfg: IngestConfig, partition: str = "date", clustered: bool = False) -> None:
     """One directory per ``partition`` value, rows sorted by element and time. ``clustered``: the rows already sit
     where they are written from (a day in one Spark partition, or in one per bucket: :func:`by_day`), so no shuffle
@@ -256,12 +266,7 @@ def ingest_source(
     ranked = rank_rows(df, flags, key, cluster).persist()
     observed, counted = _counting(spark, ranked, flags, group, name, observe=bool(cluster) and not gpu)
     lap(f"{name}_count")  # a pass of its own where the counts cannot ride on the quarantine's write
-    q_cols = [*[c for c in columns if c != "timestamp"], "timestamp", CORRUPT, source, *reasons, "reasons"]
-    quarantine = (
-        _quarantined(observed, flags)
-        .select(*q_cols)
-        .withColumn("date", F.coalesce(F.to_date("timestamp").cast("string"), F.lit("unknown")))
-    )
+    quarantine = _quarantine_rows(observed, flags, columns, source, reasons)
     # the quarantine first: its pass reads every ranked row (so it counts them, and fills the cache); the lake's
     # write then reads the filled cache, whose order (the window's) spares it a sort
     with job_group(spark, group, f"ingest {name}: read, check and rank the raw exports; write the quarantine"):
