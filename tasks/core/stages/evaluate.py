@@ -212,6 +212,7 @@ def tree_metrics(tree) -> dict[str, Any]:
         "max_depth": int(tree.params["max_depth"]),
         "val_pr_auc": tree.val_aucpr,
         "gpu": int(tree.device == "cuda"),
+        "tuned_on_rows": int(tree.tuned_rows),
     }
 
 

@@ -206,6 +206,43 @@ def test_the_tree_fed_a_chunk_of_rows_at_a_time_is_the_tree_fed_the_copies(monke
     assert [a for a, _ in bl.Rows(x, np.flatnonzero(val)).chunks()] == [0, 700]
 
 
+def test_many_training_rows_tune_the_grid_on_a_share_and_fit_the_chosen_point_on_all(monkeypatch):
+    """Past TUNE_MIN_ROWS training rows the grid point is chosen on a seeded quarter of them, then fitted on every
+    row: the fits see 3 x 0.25 + 1 times the rows instead of 3; the kept tree is the chosen point's full fit."""
+    import tasks.core.stages.baselines as bl
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8000, 4)).astype(np.float32)
+    y = (x[:, 0] + 0.6 * x[:, 1] * x[:, 2] + rng.normal(0, 0.5, 8000) > 0.9).astype(int)
+    train, val = np.arange(8000) < 6000, np.arange(8000) >= 6000
+    seen: list[int] = []
+    fit = bl._fit_point
+    monkeypatch.setattr(bl, "_fit_point", lambda p, s, d, dt, dv: seen.append(dt.num_row()) or fit(p, s, d, dt, dv))
+    whole = bl.fit_tree(x[train], y[train], x[val], y[val], seed=0)  # below the threshold: the grid on every row
+    assert seen == [6000] * 3 and whole.tuned_rows == 6000
+    seen.clear()
+    monkeypatch.setattr(bl, "TUNE_MIN_ROWS", 5000)
+    rows = bl.Rows(x, np.flatnonzero(train))
+    tuned = bl.fit_tree(rows, y[train], bl.Rows(x, np.flatnonzero(val)), y[val], seed=0)
+    assert seen == [1500] * 3 + [6000] and tuned.tuned_rows == 1500
+    (share, share_val), dtrain, dval = _share_and_val(bl, x, y, train, val)
+    chosen = max(bl.TREE_GRID, key=lambda p: fit(p, 0, "cpu", share, share_val).val_aucpr)
+    full = fit(chosen, 0, "cpu", dtrain, dval)
+    assert tuned.params == chosen and tuned.n_iter_ == full.n_iter_  # the point the share ranked first, on all rows
+    np.testing.assert_array_equal(tuned.predict_proba(x), full.predict_proba(x))
+    again = bl.fit_tree(rows, y[train], bl.Rows(x, np.flatnonzero(val)), y[val], seed=0)  # seeded: the same
+    assert np.array_equal(again.predict_proba(x), tuned.predict_proba(x))
+
+
+def _share_and_val(bl, x, y, train, val):
+    rows = bl.Rows(x, np.flatnonzero(train))
+    dtrain = bl.quantile_matrix(rows, y[train])
+    vrows = bl.Rows(x, np.flatnonzero(val))
+    dval = bl.quantile_matrix(vrows, y[val], ref=dtrain)
+    (share, share_val), _ = bl.tuning_rows(rows, y[train], 0, (dtrain, dval), vrows, y[val])
+    return (share, share_val), dtrain, dval
+
+
 def test_the_stack_weight_is_chosen_on_validation_alone():
     """The GBDT + GNN blend takes the weight that ranks the validation rows best; the test rows play no part."""
     from tasks.core.stages.baselines import stack_scores
