@@ -57,12 +57,13 @@ def node_metrics_spec(cfg: FaultlineConfig, run_id: str) -> dict[str, Any]:
 def spark_ahead(cfg: FaultlineConfig, rt: Runtime, root: Path, plan: tuple[str, ...], raw: str | None, redo):
     """The Spark conf :func:`spark_stages`'s application starts with at once, beside the run's start (MLflow, the
     exports' digests and file checks), or None: no such application in the plan, exports still to simulate (the
-    simulation comes first and may want the GPU the plugin takes), or a validation of these very exports in the
-    store that the run likely reuses (a JVM started for nothing would be waited for and stopped)."""
+    simulation comes first and may want the GPU the plugin takes), or this configuration's validation of these very
+    exports in the store, which the run likely reuses (a JVM started for nothing would be waited for and stopped)."""
     exports = raw or simulated_exports(cfg.workload, root)
     if not {"validate", "ingest"} <= set(plan) or exports is None:
         return None
-    return rt.spark_conf if redo("validate") or not validated_before(Path(exports), root) else None
+    reused = not redo("validate") and validated_before(Path(exports), cfg.validate_, rt, root)
+    return None if reused else rt.spark_conf
 
 
 @contextmanager

@@ -15,7 +15,14 @@ from tasks.core.schema import KPI_PARSE_CONF
 from tasks.core.stages.increment import Increment, late_rows_probe, merge_validation, separable
 from tasks.core.stages.raw import check_unchanged, discover
 from tasks.core.stages.validate import expectation_rows, expectations_markdown, files_checked, validate_stage
-from tasks.core.store import MANIFEST, StageResult, digests_fingerprint, read_manifest, run_stage
+from tasks.core.store import (
+    MANIFEST,
+    StageResult,
+    digests_fingerprint,
+    read_manifest,
+    run_stage,
+    stage_fingerprint,
+)
 from tasks.runner import TASK_OPTIONS, finish_stage, logger, publish_table, spark_stage
 
 
@@ -43,13 +50,24 @@ def _increment(layout, inc: Increment, cfg: ValidateConfig, rt: Runtime, tmp: Pa
     return {**merged, "increment": taken.describe()}
 
 
-def validated_before(raw: Path, root: Path) -> bool:
-    """Whether the store holds a validation of these very exports (the directory, each file's name, size and time):
-    a run over them likely reuses it, and starts no Spark for it."""
+def stage_inputs(raw_fp: str, rt: Runtime) -> dict[str, str]:
+    """Validation's inputs in its cache key: the exports' fingerprint, and the KPI parser where it is not Spark's CSV
+    parser (another parser may judge an odd line otherwise)."""
+    parse = rt.spark_conf.get(KPI_PARSE_CONF, "csv")
+    return {"raw": raw_fp, **({"kpi_parse": parse} if parse != "csv" else {})}
+
+
+def validated_before(raw: Path, cfg: ValidateConfig, rt: Runtime, root: Path) -> bool:
+    """Whether the store holds this configuration's validation of these very exports (the directory, each file's
+    name, size and time as that validation recorded them): a run over them likely reuses it, and starts no Spark
+    for it. The exports' content is not hashed here; the stage does that."""
     layout, where = discover(Path(raw)), str(Path(raw).resolve())
     for manifest in (Path(root) / "validate").glob(f"*/{MANIFEST}"):
         m = json.loads(manifest.read_text())
-        if m.get("raw_dir") == where and m.get("raw_files") == layout.stamps():
+        if m.get("raw_dir") != where or m.get("raw_files") != layout.stamps():
+            continue
+        fp = stage_fingerprint("validate", stage_inputs(m["input_fingerprints"]["raw"], rt), cfg)
+        if fp == manifest.parent.name:
             return True
     return False
 
@@ -71,11 +89,10 @@ def validate_task(
         body = spark_stage(rt, "validate", tmp, lambda spark: validate_stage(spark, layout, tmp, cfg, None, checked))
         return {**body, **found, "work_rows": body["rows_in"]}
 
-    parse = rt.spark_conf.get(KPI_PARSE_CONF, "csv")  # another parser may judge an odd line otherwise
     result = run_stage(
         root,
         "validate",
-        {"raw": fp, **({"kpi_parse": parse} if parse != "csv" else {})},
+        stage_inputs(fp, rt),
         cfg,
         compute,
         force=force,

@@ -241,7 +241,8 @@ def test_the_flow_starts_its_spark_application_ahead_unless_it_likely_reuses_the
     import json
 
     import flows.pipeline as pipeline
-    from tasks.core.store import MANIFEST
+    from tasks.core.config import load_config
+    from tasks.core.store import MANIFEST, stage_fingerprint
 
     raw = tmp_path / "raw"
     (raw / "kpi").mkdir(parents=True)
@@ -253,23 +254,30 @@ def test_the_flow_starts_its_spark_application_ahead_unless_it_likely_reuses_the
             return stamps
 
     class Rt:
-        spark_conf = {"k": "v"}
+        spark_conf = {"k": "v"}  # Spark's CSV parser: the key holds the exports' fingerprint alone
 
-    class Cfg:
-        workload = None
-
+    cfg = load_config("local")
     monkeypatch.setattr("tasks.validate.discover", lambda p: Layout())
     monkeypatch.setattr(pipeline, "simulated_exports", lambda w, root: None)
     both, no = ("validate", "ingest", "features"), (lambda s: False)
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), no) == {"k": "v"}  # nothing in the store
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, ("features",), str(raw), no) is None  # no Spark stage
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, ("validate",), str(raw), no) is None  # no shared application
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, None, no) is None  # exports still to simulate
-    (done := tmp_path / "validate" / "fp1").mkdir(parents=True)
-    (done / MANIFEST).write_text(json.dumps({"raw_dir": str(raw.resolve()), "raw_files": stamps}))
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), no) is None  # these very files validated
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), lambda s: s == "validate") == {"k": "v"}
+
+    def ahead(plan=both, exports=str(raw), redo=no):
+        return pipeline.spark_ahead(cfg, Rt(), tmp_path, plan, exports, redo)
+
+    def validated(fp: str) -> None:  # a validation in the store, over these files, keyed ``fp``
+        (done := tmp_path / "validate" / fp).mkdir(parents=True)
+        body = {"raw_dir": str(raw.resolve()), "raw_files": stamps, "input_fingerprints": {"raw": "r1"}}
+        (done / MANIFEST).write_text(json.dumps(body))
+
+    assert ahead() == {"k": "v"}  # nothing in the store
+    assert ahead(plan=("features",)) is None  # no Spark stage
+    assert ahead(plan=("validate",)) is None  # no shared application
+    assert ahead(exports=None) is None  # exports still to simulate
+    validated("another-configuration")  # the same files validated with another configuration or code
+    assert ahead() == {"k": "v"}
+    validated(stage_fingerprint("validate", {"raw": "r1"}, cfg.validate_))  # this configuration's
+    assert ahead() is None and ahead(redo=lambda s: s == "validate") == {"k": "v"}
     stamps["kpi/kpi_2026-01-06.csv"] = [2, 2]  # a new day's file: validated again
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, str(raw), no) == {"k": "v"}
+    assert ahead() == {"k": "v"}
     monkeypatch.setattr(pipeline, "simulated_exports", lambda w, root: raw)  # simulated before
-    assert pipeline.spark_ahead(Cfg(), Rt(), tmp_path, both, None, no) == {"k": "v"}
+    assert ahead(exports=None) == {"k": "v"}

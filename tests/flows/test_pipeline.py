@@ -105,10 +105,12 @@ def test_mlflow_holds_the_run(first_run):
 
 def test_rerun_skips_every_stage(first_run):
     root, summary, _ = first_run
+    apps = set((root / "store" / "spark-events").iterdir())
     proc = faultline("-v", "run", *SMALL, "--set", f"paths.root={root}", "--json", root=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = last_json(proc.stdout)
     assert all(st["cached"] for st in again["stages"].values())
+    assert set((root / "store" / "spark-events").iterdir()) == apps  # nothing to validate: no Spark started ahead
     shown = proc.stdout + proc.stderr  # Prefect's log (-v): each reused stage finished as Cached, not Completed
     assert shown.count("Finished in state Cached(") == 6, shown[-3000:]  # raw exports + the five stages
     assert again["metrics"]["pr_auc"] == summary["metrics"]["pr_auc"]
