@@ -26,6 +26,8 @@ def stage_parts(manifest: dict) -> dict:
     """Where a stage's time went: its own timings; the train stage's rank timeline, the imports its rank made while
     the features ran (``prewarm``) and its tensor build."""
     out = {"timings_s": manifest["timings_s"]} if isinstance(manifest.get("timings_s"), dict) else {}
+    if manifest.get("day_parts_s"):  # the features' days: the shared tables, the first day, the others
+        out["day_parts_s"] = manifest["day_parts_s"]
     timeline = (manifest.get("launch") or {}).get("rank_timeline") or {}
     if timeline:
         out["rank_parts_s"], out["prewarm"] = timeline.get("parts_s"), timeline.get("prewarm")

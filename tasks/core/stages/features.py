@@ -23,6 +23,7 @@ from gpu_kernels import rolling as roll_kernel
 from tasks.core.arrays import as_array, minutes, on_gpu, xp_of
 from tasks.core.config import FeaturesConfig
 from tasks.core.errors import DataRejected, InvariantBroken
+from tasks.core.laps import Laps
 from tasks.core.schema import KPI_VALUES
 from tasks.core.stages.alarm_log import (
     KEY,
@@ -258,36 +259,30 @@ def build_features(
     rolling windows reach into the previous days through a small chain of per-element histories (each day's
     closing one kept in ``out/history``). ``base``: an earlier output and the first day to recompute (an
     increment): the days before it are linked from there. ``progress(done, total)`` is called as days finish."""
-    import dask
     from distributed import as_completed
 
     groups = day_groups(lake / "kpi")
     if not groups:
         raise DataRejected(f"{lake / 'kpi'} holds no Parquet files: nothing to compute features from", file=str(lake))
+    lap = Laps()  # the shared tables, the first day (a worker's one-off costs with it), the other days
     shared = shared_tables(lake, topo)
     [tables] = client.scatter([shared], broadcast=True)
+    lap("shared_tables")
     dest, hist = out / "features", out / "history"
     dest.mkdir(parents=True, exist_ok=True)
     hist.mkdir(parents=True, exist_ok=True)
     reused, start = ([], None) if base is None else _reuse(base[0], base[1], groups, dest)
     todo = groups[len(reused) :]
-    context = max(cfg.windows) - 1
-    reads = [dask.delayed(read_kpi, pure=True)(files, backend) for _, files in todo]
-    history = [start]
-    for i in range(len(todo)):
-        history.append(dask.delayed(window_history)(history[-1], reads[i], tables, cfg.kpis, context))
-    days = [
-        dask.delayed(write_day)(name, reads[i], history[i], tables, cfg, dest, write)
-        for i, (name, _) in enumerate(todo)
-    ]
-    saved = [dask.delayed(save_history)(history[i + 1], hist / f"{name}.npz") for i, (name, _) in enumerate(todo)]
+    days, saved = _day_tasks(todo, start, tables, cfg, backend, dest, hist, write)
     futures = client.compute(days)
     saving = client.compute(saved) if write else []
     for done, _ in enumerate(as_completed(futures), 1):
+        _ = done == 1 and lap("first_day")
         if progress is not None:
             progress(done, len(futures))
     computed = client.gather(futures)
     client.gather(saving)
+    lap("other_days")
     stats = [*reused, *computed]
     rows_in, rows_out = sum(s["rows_in"] for s in stats), sum(s["rows_out"] for s in stats)
     if rows_in == 0:
@@ -304,7 +299,27 @@ def build_features(
         "per_day": stats,
         "work_rows": sum(s["rows_in"] for s in computed),
         "days_recomputed": len(computed),
+        "day_parts_s": lap.seconds,
     }
+
+
+def _day_tasks(todo: list, start: dict | None, tables, cfg: FeaturesConfig, backend: str, dest: Path, hist: Path,
+               write: bool) -> tuple[list, list]:  # fmt: skip
+    """The days' Dask tasks: each day's read, its window history (chained from ``start``, the day before the
+    first's), its features' write, and its closing history's save."""
+    import dask
+
+    context = max(cfg.windows) - 1
+    reads = [dask.delayed(read_kpi, pure=True)(files, backend) for _, files in todo]
+    history = [start]
+    for i in range(len(todo)):
+        history.append(dask.delayed(window_history)(history[-1], reads[i], tables, cfg.kpis, context))
+    days = [
+        dask.delayed(write_day)(name, reads[i], history[i], tables, cfg, dest, write)
+        for i, (name, _) in enumerate(todo)
+    ]
+    saved = [dask.delayed(save_history)(history[i + 1], hist / f"{name}.npz") for i, (name, _) in enumerate(todo)]
+    return days, saved
 
 
 def features_stage(

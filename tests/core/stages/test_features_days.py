@@ -92,6 +92,7 @@ def test_days_rows_and_progress(gappy):
     assert len(day_groups(gappy["lake"] / "kpi")) == DAYS
     assert gappy["summary"]["rows_in"] == gappy["summary"]["rows_out"] == len(gappy["kpi"]) == len(gappy["feats"])
     assert gappy["summary"]["days"] == DAYS and gappy["seen"][-1] == (DAYS, DAYS)
+    assert list(gappy["summary"]["day_parts_s"]) == ["shared_tables", "first_day", "other_days"]  # where they went
     names = feature_names(FeaturesConfig())
     labels = ["in_fault", "minutes_to_fault", "label"]
     assert list(gappy["feats"].columns) == ["element_id", "timestamp", *names[:-12], *labels, *names[-12:]]
