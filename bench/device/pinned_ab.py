@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from tasks.benchmark import provenance  # date, card, commit and command, as every bench writes them
 from tasks.core.benchmarks.measure import spread
 
 WORK = Path("/tmp/fl/pinned")
@@ -61,21 +62,8 @@ def main(raw: str, out: Path, rounds: int, sizes: list[str]) -> None:
         summary[size] = {k: {n: round(v, 3) for n, v in spread([x[k] for x in ok]).items()} for k in keys if ok}
         summary[size]["ahead_session_s"] = spread([x["started_ahead"]["session_s"] for x in ok if x["started_ahead"]])
         summary[size]["pool_exceeded_lines"] = [x["pool_exceeded_lines"] for x in ok]
-    out.write_text(json.dumps({"what": "validate + ingest by pinned pool size", "provenance": provenance(rounds, sizes),
+    out.write_text(json.dumps({"what": "validate + ingest by pinned pool size", "provenance": provenance({}),
                                "raw": raw, "rounds": rounds, "summary": summary, "runs": runs}, indent=1))  # fmt: skip
-
-
-def provenance(rounds: int, sizes: list[str]) -> dict:
-    from tasks.core.hardware import detect_hardware
-
-    gpus = detect_hardware().gpus
-    git = subprocess.run(["git", "describe", "--always", "--dirty=+changes"], capture_output=True, text=True)
-    return {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "card": f"{len(gpus)}x {gpus[0].name}" if gpus else "none (CPU host)",
-        "commit": git.stdout.strip() or None,
-        "command": f"python bench/device/pinned_ab.py RAW OUT.json {rounds} {' '.join(sizes)}",
-    }
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ONE = """
@@ -110,6 +109,8 @@ def main(out: Path, runs: int, names: list[str]) -> None:
         for name in names:
             rows[name].append(one(name, RAW if name == names[0] else "", log if r == 0 else ""))
             print(r, name, {k: v for k, v in rows[name][-1].items() if k != "jvm_log"}, flush=True)
+    from tasks.benchmark import provenance  # date, card, commit and command, as every bench writes them
+
     got = {}
     for name, rs in rows.items():
         ok = [x for x in rs if "error" not in x]
@@ -120,7 +121,7 @@ def main(out: Path, runs: int, names: list[str]) -> None:
         json.dumps(
             {
                 "what": "Spark application start by variant",
-                "provenance": provenance(runs, names),
+                "provenance": provenance({}),
                 "runs": runs,
                 "raw": RAW or None,
                 "variants": got,
@@ -128,21 +129,6 @@ def main(out: Path, runs: int, names: list[str]) -> None:
             indent=1,
         )
     )
-
-
-def provenance(runs: int, names: list[str]) -> dict:
-    """Date, card, commit and command of this invocation (the commit as git gives it here: a copied tree may
-    report its base with changes)."""
-    from tasks.core.hardware import detect_hardware
-
-    gpus = detect_hardware().gpus
-    git = subprocess.run(["git", "describe", "--always", "--dirty=+changes"], capture_output=True, text=True)
-    return {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "card": f"{len(gpus)}x {gpus[0].name}" if gpus else "none (CPU host)",
-        "commit": git.stdout.strip() or None,
-        "command": f"START_RAW={RAW} python bench/device/spark_start.py OUT.json {runs} {' '.join(names)}",
-    }
 
 
 if __name__ == "__main__":

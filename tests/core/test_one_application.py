@@ -32,12 +32,12 @@ class FakeSession:
         return self.conf
 
 
-@pytest.fixture()
-def sessions(monkeypatch) -> list[FakeSession]:
-    made: list[FakeSession] = []
+def fake_sessions(monkeypatch, kind: type) -> list:
+    """Sessions of ``kind`` in place of Spark's, each kept as it is started."""
+    made: list = []
 
     def start(conf):
-        made.append(FakeSession(conf))
+        made.append(kind(conf))
         return made[-1]
 
     from pyspark.sql import SparkSession
@@ -46,6 +46,11 @@ def sessions(monkeypatch) -> list[FakeSession]:
     # a real session another test of this worker started is not this scope's business
     monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
     return made
+
+
+@pytest.fixture()
+def sessions(monkeypatch) -> list[FakeSession]:
+    return fake_sessions(monkeypatch, FakeSession)
 
 
 def test_stages_share_the_scopes_application_and_its_frames(sessions):
@@ -167,17 +172,7 @@ class Conf(dict):
 
 @pytest.fixture()
 def ahead_sessions(monkeypatch) -> list[AheadSession]:
-    made: list[AheadSession] = []
-
-    def start(conf):
-        made.append(AheadSession(conf))
-        return made[-1]
-
-    from pyspark.sql import SparkSession
-
-    monkeypatch.setattr(runtime, "spark_session", start)
-    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
-    return made
+    return fake_sessions(monkeypatch, AheadSession)
 
 
 def test_the_application_started_ahead_is_the_one_its_stages_use(ahead_sessions, tmp_path):
