@@ -61,10 +61,10 @@ def validated_before(raw: Path, cfg: ValidateConfig, rt: Runtime, root: Path) ->
     """Whether the store holds this configuration's validation of these very exports (the directory, each file's
     name, size and time as that validation recorded them): a run over them likely reuses it, and starts no Spark
     for it. The exports' content is not hashed here; the stage does that."""
-    layout, where = discover(Path(raw)), str(Path(raw).resolve())
+    stamps, where = discover(Path(raw)).stamps(), str(Path(raw).resolve())
     for manifest in (Path(root) / "validate").glob(f"*/{MANIFEST}"):
         m = json.loads(manifest.read_text())
-        if m.get("raw_dir") != where or m.get("raw_files") != layout.stamps():
+        if m.get("raw_dir") != where or m.get("raw_files") != stamps:
             continue
         fp = stage_fingerprint("validate", stage_inputs(m["input_fingerprints"]["raw"], rt), cfg)
         if fp == manifest.parent.name:
