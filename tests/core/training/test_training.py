@@ -94,7 +94,7 @@ def test_one_rank_trains_with_horovod_started_directly(data, tmp_path):
     ahead.mkdir()
     with prewarmed(1, True):
         started = prewarm._WAITING[1]
-        time.sleep(3)  # its imports under way before the launch
+        _until_idle(started.pid)  # its imports done before the launch: it waits on its stdin, using no CPU
         got = launch_training(_spec(cfg, data, ahead, "horovod"), cfg.train, ahead, {})
     assert got["command"][1:] == ["-m", "tasks.core.training.prewarm"] and started.poll() == 0
     again = json.loads((ahead / "history.json").read_text())
@@ -115,6 +115,19 @@ def test_a_rank_started_ahead_and_not_taken_is_ended():
     assert waiting.poll() is not None and not prewarm._WAITING
     with prewarmed(1, False):
         assert not prewarm._WAITING
+
+
+def _until_idle(pid: int, timeout_s: float = 120.0) -> None:
+    """Until the process has used no CPU for a second (blocked, here on its stdin), or ``timeout_s``. A fixed sleep
+    was too short on a host busy with other tests: the imports were still under way at the launch."""
+    proc, end = psutil.Process(pid), time.monotonic() + timeout_s
+    last = sum(proc.cpu_times()[:2])
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        now = sum(proc.cpu_times()[:2])
+        if now == last:
+            return
+        last = now
 
 
 TIMELINE_PARTS = ("imports", "comm_init", "device_context", "tensors", "model", "optimizer",
