@@ -24,13 +24,14 @@ CAUSE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 def stage_parts(manifest: dict) -> dict:
     """Where a stage's time went: its own timings; the train stage's rank timeline, the imports its rank made while
-    the features ran (``prewarm``) and its tensor build."""
+    the features ran (``prewarm``), its loop's parts, what it chose (``notes``) and its tensor build.""""
     out = {"timings_s": manifest["timings_s"]} if isinstance(manifest.get("timings_s"), dict) else {}
     if manifest.get("day_parts_s"):  # the features' days: the shared tables, the first day, the others
         out["day_parts_s"] = manifest["day_parts_s"]
     timeline = (manifest.get("launch") or {}).get("rank_timeline") or {}
     if timeline:
         out["rank_parts_s"], out["prewarm"] = timeline.get("parts_s"), timeline.get("prewarm")
+        out["loop_s"], out["rank_notes"] = timeline.get("loop_s"), timeline.get("notes")  # e.g. the GRU's kernel
         data = manifest.get("data") or {}
         out["tensor_build_s"], out["tensor_parts_s"] = data.get("tensor_build_s"), data.get("tensor_parts_s")
     return out

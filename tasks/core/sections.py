@@ -210,6 +210,11 @@ class TrainConfig(_Section):
         "rank, from the features' Parquet; on a GPU through cuDF); auto: device on a GPU, else host",
     )
     bf16: bool = True
+    recurrent: Literal["auto", "cudnn", "native"] = Field(
+        "auto",
+        description="what runs the GRU on a GPU: cuDNN, or PyTorch's fused GRU cells (native; the same equations); "
+        "auto: each rank times both on its step's shape before the first step and keeps the faster",
+    )
     prewarm: bool = Field(
         True,
         description="one rank on this host: its process starts while the features are computed, so its imports "

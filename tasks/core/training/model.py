@@ -6,12 +6,30 @@ adjacency an edge list with row-normalised weights (neighbour mean as gather + i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+KERNELS = ("cudnn", "native")  # what runs the GRU on a GPU: cuDNN, or PyTorch's own fused cells (recurrent.py)
+
+
+@contextmanager
+def recurrent_kernel(kernel: str) -> Iterator[None]:
+    """cuDNN off while the GRU runs (its backward then follows the ops that ran) for ``native``; nothing else."""
+    if kernel != "native":
+        yield
+        return
+    before = torch.backends.cudnn.enabled
+    torch.backends.cudnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.enabled = before
 
 
 class Adjacency:
@@ -86,6 +104,7 @@ class FaultGNN(nn.Module):
         self.graph = nn.ModuleList(GraphLayer(hidden) for _ in range(layers))
         self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, max(1, hazard_steps)))
         self.hazard_steps, self.label_steps = hazard_steps, min(label_steps, max(1, hazard_steps))
+        self.recurrent = "cudnn"  # the GRU's kernel on a GPU (recurrent.py chooses); not a property of the weights
         self.config = {"n_features": n_features, "hidden": hidden, "layers": layers}
         if dropout > 0:  # (a model without these keeps the config older checkpoints have)
             self.config["dropout"] = dropout
@@ -100,7 +119,8 @@ class FaultGNN(nn.Module):
         if self.step_graph is not None:  # every step of every window at once: [b * w, e, d]
             h = self.step_graph(h.reshape(b * w, e, -1), adj).reshape(b, w, e, -1)
         h = h.permute(0, 2, 1, 3).reshape(b * e, w, -1)
-        _, last = self.temporal(h)
+        with recurrent_kernel(self.recurrent):
+            _, last = self.temporal(h)
         local = last[-1].reshape(b, e, -1)
         g = local
         for layer in self.graph:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
+import time
 
 
 def _prctl():
@@ -57,3 +59,21 @@ def kill_tree(proc: subprocess.Popen) -> None:
         except psutil.NoSuchProcess:
             pass
     proc.wait(timeout=30)
+
+
+def watch_owner(pid: int | None, every: float = 1.0) -> None:
+    """End this rank when the process that launched the training is gone (SIGKILL, OOM): no orphans."""
+    if not pid:
+        return
+
+    def run() -> None:
+        while True:
+            time.sleep(every)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(137)
+            except PermissionError:  # alive, another user's
+                continue
+
+    threading.Thread(target=run, daemon=True, name="owner-watch").start()

@@ -21,6 +21,7 @@ class Timeline:
         self.marks = {"process_start": started or self.process_start(), "imports": imported}
         self.sums: dict[str, float] = {}
         self.prewarm = prewarm
+        self.notes: dict[str, Any] = {}  # what the rank chose on the way (e.g. the GRU's kernel), with its reasons
 
     @staticmethod
     def process_start() -> float:
@@ -52,6 +53,7 @@ class Timeline:
         parts = {b: round(self.marks[b] - self.marks[a], 3) for a, b in zip(names, names[1:])}
         out = {"process_start": self.marks["process_start"], "parts_s": parts,
                "loop_s": {k: round(v, 3) for k, v in self.sums.items()}}  # fmt: skip
+        out = {**out, "notes": self.notes} if self.notes else out
         return {**out, "prewarm": self.prewarm} if self.prewarm else out
 
 
@@ -63,4 +65,5 @@ def rank_timeline(path: Path, launched: float, ended: float) -> dict[str, Any] |
     t = json.loads(path.read_text())
     saved = t["process_start"] + sum(t["parts_s"].values())
     parts = {"launcher": round(t["process_start"] - launched, 3), **t["parts_s"], "shutdown": round(ended - saved, 3)}
-    return {"parts_s": parts, "loop_s": t["loop_s"], **({"prewarm": t["prewarm"]} if t.get("prewarm") else {})}
+    extra = {k: t[k] for k in ("notes", "prewarm") if t.get(k)}
+    return {"parts_s": parts, "loop_s": t["loop_s"], **extra}

@@ -33,29 +33,13 @@ from tasks.core.training.checkpoint import load_latest, save_checkpoint
 from tasks.core.training.comm import exit_now, make_comm
 from tasks.core.training.frame_tensors import as_torch, build, write_meta
 from tasks.core.training.model import FaultGNN, hazard_loss, normalised_adjacency, score_snapshots, windows_at
+from tasks.core.training.procs import watch_owner
 from tasks.core.training.profiling import StepProfiler, StepTimer
+from tasks.core.training.recurrent import choose_kernel
 from tasks.core.training.spec import TrainingSpec
 from tasks.core.training.timeline import Timeline
 
 IMPORTED = time.time()  # torch, CUDA's Python side and the project are imported
-
-
-def watch_owner(pid: int | None, every: float = 1.0) -> None:
-    """End this rank when the process that launched the training is gone (SIGKILL, OOM): no orphans."""
-    if not pid:
-        return
-
-    def run() -> None:
-        while True:
-            time.sleep(every)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(137)
-            except PermissionError:  # alive, another user's
-                continue
-
-    threading.Thread(target=run, daemon=True, name="owner-watch").start()
 
 
 def pick_device(spec: TrainingSpec, local_rank: int) -> torch.device:
@@ -270,6 +254,9 @@ def setup(spec: TrainingSpec, timeline: Timeline) -> RunState:
         raise ValueError(f"{spec.data}: train.hazard_steps={hazard} needs the steps to onset (ttf), not in it")
     args = (cfg.hidden, cfg.layers, cfg.dropout, cfg.temporal_graph, hazard, data.label_steps)
     model = FaultGNN(data.x.shape[2], *args).to(device)
+    bf16, rows = bool(cfg.bf16 and device.type == "cuda"), cfg.batch_size * data.x.shape[1]  # a step's sequences
+    choice = choose_kernel(model.temporal, rows, cfg.window, device, bf16, cfg.recurrent)  # the GRU's kernel
+    model.recurrent, timeline.notes["recurrent"] = choice
     timeline.mark("model")
     if cfg.init_weights and comm.rank == 0:  # a warm start; [dist] rank 0's weights reach the others in resume()
         from tasks.core.training.model import warm_start
@@ -289,7 +276,7 @@ def setup(spec: TrainingSpec, timeline: Timeline) -> RunState:
         scheduler=scheduler,
         per_rank=per_rank,
         steps=max(1, math.ceil(per_rank / cfg.batch_size)),
-        bf16=bool(cfg.bf16 and device.type == "cuda"),
+        bf16=bf16,
         hazard=hazard > 0,
         beat=heartbeat(Path(spec.out) / "heartbeat.json", cfg.epochs, comm.rank),
     )

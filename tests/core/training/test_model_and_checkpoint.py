@@ -236,3 +236,31 @@ def test_the_training_spec_round_trips_typed(tmp_path):
     spec.write(tmp_path / "spec.json")
     back = TrainingSpec.read(tmp_path / "spec.json")
     assert back == spec and back.train.engine == "ddp" and back.train.dropout == 0.2 and back.node_metrics.run_id == "r"
+
+
+def test_the_grus_kernel_is_chosen_by_its_time_and_leaves_cudnn_as_it_was():
+    from tasks.core.training.model import recurrent_kernel
+    from tasks.core.training.recurrent import choose_kernel, fastest
+
+    assert fastest({"cudnn": 0.04, "native": 0.01}) == "native"
+    assert fastest({"cudnn": 0.04, "native": "RuntimeError: no fused cell"}) == "cudnn"  # one that failed: skipped
+    assert fastest({}) == "cudnn"
+    gru = torch.nn.GRU(4, 4, batch_first=True)
+    assert choose_kernel(gru, 8, 3, torch.device("cpu"), False, "native") == ("native", {"requested": "native"})
+    assert choose_kernel(gru, 8, 3, torch.device("cpu"), False)[0] == "cudnn"  # off a GPU nothing is timed
+    before = torch.backends.cudnn.enabled
+    with recurrent_kernel("native"):
+        assert not torch.backends.cudnn.enabled
+    with pytest.raises(ValueError), recurrent_kernel("native"):
+        raise ValueError
+    assert torch.backends.cudnn.enabled == before
+
+
+def test_the_native_gru_scores_as_the_default_one():
+    topo, adj = _adj()
+    torch.manual_seed(0)
+    x = torch.randn(10, topo.n, 5)
+    model = FaultGNN(5, hidden=8, layers=1)
+    ref = score_snapshots(model, x, adj, np.arange(3, 10), 3)
+    model.recurrent = "native"
+    torch.testing.assert_close(score_snapshots(model, x, adj, np.arange(3, 10), 3), ref)

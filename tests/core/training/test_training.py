@@ -74,6 +74,7 @@ def test_horovod_and_ddp_agree(data, tiny_features, tmp_path):
         assert set(t["parts_s"]) == set(TIMELINE_PARTS) and min(t["parts_s"].values()) >= 0, t
         assert set(t["loop_s"]) == {"epochs", "validate", "checkpoint"} and t["loop_s"]["epochs"] > 0
         assert t["loop_s"]["epochs"] + t["loop_s"]["validate"] <= t["parts_s"]["loop"] + 0.01
+        assert t["notes"]["recurrent"] == {"requested": "auto", "timed_s": {}}  # nothing timed off a GPU
 
 
 def test_one_rank_trains_with_horovod_started_directly(data, tmp_path):
@@ -87,6 +88,7 @@ def test_one_rank_trains_with_horovod_started_directly(data, tmp_path):
     one = json.loads((work / "history.json").read_text())
     assert [h["epoch"] for h in one] == [0, 1, 2, 3] and one[-1]["train_loss"] < one[0]["train_loss"]
     assert set(launched["rank_timeline"]["parts_s"]) == {"launcher", *TIMELINE_PARTS, "shutdown"}
+    assert launched["rank_timeline"]["notes"]["recurrent"]["requested"] == "auto"  # the GRU's kernel, as chosen
     assert (work / "ckpt" / "epoch_0003.done").exists()
 
     # the same rank started ahead (while the features would be computed): it trains the same, its imports done
