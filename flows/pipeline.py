@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
+from tasks.core.clusters import cluster_ahead
 from tasks.core.config import FaultlineConfig, load_config, run_overrides, stage_plan
 from tasks.core.runs import Heartbeat
 from tasks.core.runtime import Runtime, resolve_runtime
@@ -21,7 +22,7 @@ from tasks.core.store import StageResult
 from tasks.core.training.launch import unlaunched
 from tasks.core.training.prewarm import prewarmed
 from tasks.evaluate import evaluate_task
-from tasks.features import features_task
+from tasks.features import features_pending, features_task
 from tasks.increment import champion_weights, plan_increment
 from tasks.ingest import ingest_task
 from tasks.runner import logger, store_root, value
@@ -97,6 +98,42 @@ def run_stages(
     notes: dict[str, Any] | None = None,
 ) -> dict[str, StageResult]:
     stages: dict[str, StageResult] = {}
+    with ExitStack() as beside:  # the features' Dask cluster, started beside ingest, ends after the features
+        inc, raw = _spark_stages(cfg, rt, root, plan, raw, redo, incremental, notes, stages, beside)
+        if "ingest" in plan:
+            lake, lake_fp = str(stages["ingest"].path), stages["ingest"].fingerprint
+        elif "features" in plan:
+            lake_fp = lake_fingerprint(Path(lake))
+        ahead = {"features", "train"} <= set(plan) and cfg.train.prewarm and unlaunched(cfg.train)
+        with prewarmed(rt.threads_per_rank, ahead):  # the rank's imports done while the features are computed
+            if "features" in plan:
+                redone = None if redo("features") else inc
+                stages["features"] = value(
+                    features_task(lake, lake_fp, cfg.features, rt, root, redo("features"), redone)
+                )
+                beside.close()  # a cluster the stage did not take (its output was in the store) is closed here
+            if "train" in plan:
+                with champion_weights(cfg, network, root) if inc and not redo("train") else nullcontext() as warm:
+                    stages["train"] = value(
+                        train_task(
+                            stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"),
+                            node_metrics, warm,
+                        )
+                    )  # fmt: skip
+    if "evaluate" in plan:
+        stages["evaluate"] = value(
+            evaluate_task(
+                stages["features"], stages["train"], cfg.evaluate, cfg.train.seed, root, redo("evaluate"), raw
+            )
+        )
+    return stages
+
+
+def _spark_stages(cfg, rt: Runtime, root: Path, plan, raw, redo, incremental: bool, notes, stages: dict,
+                  beside: ExitStack):  # fmt: skip
+    """Validation and ingest in one Spark application (into ``stages``), the features' cluster started beside
+    ingest (in ``beside``) where the features will compute; returns the increment validation took (or None) and
+    the exports (simulated here where none were given)."""
     inc = None
     with spark_stages(plan, notes):
         if "validate" in plan:  # the raw exports parsed once, in one Spark application, for both stages
@@ -106,33 +143,12 @@ def run_stages(
             inc = inc and inc.taken(stages["validate"].get("increment"))  # None: validation ran over every file
         if "ingest" in plan:
             redone = None if redo("ingest") else inc  # a forced stage recomputes every day
+            pending = "features" in plan and features_pending(cfg, rt, root, stages["validate"], redo("features"))
+            beside.enter_context(cluster_ahead(rt.dask if pending else None))  # up by the time the features start
             stages["ingest"] = value(
                 ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest"), redone)
             )
-    if "ingest" in plan:
-        lake, lake_fp = str(stages["ingest"].path), stages["ingest"].fingerprint
-    elif "features" in plan:
-        lake_fp = lake_fingerprint(Path(lake))
-    ahead = {"features", "train"} <= set(plan) and cfg.train.prewarm and unlaunched(cfg.train)
-    with prewarmed(rt.threads_per_rank, ahead):  # the rank's imports done while the features are computed
-        if "features" in plan:
-            redone = None if redo("features") else inc
-            stages["features"] = value(features_task(lake, lake_fp, cfg.features, rt, root, redo("features"), redone))
-        if "train" in plan:
-            with champion_weights(cfg, network, root) if inc and not redo("train") else nullcontext() as warm:
-                stages["train"] = value(
-                    train_task(
-                        stages["features"], cfg.train, cfg.evaluate.test_fraction, rt, root, redo("train"),
-                        node_metrics, warm,
-                    )
-                )  # fmt: skip
-    if "evaluate" in plan:
-        stages["evaluate"] = value(
-            evaluate_task(
-                stages["features"], stages["train"], cfg.evaluate, cfg.train.seed, root, redo("evaluate"), raw
-            )
-        )
-    return stages
+    return inc, raw
 
 
 @flow(name="fault_prediction_pipeline", log_prints=True)

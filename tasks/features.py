@@ -7,12 +7,12 @@ from pathlib import Path
 from prefect import task
 from tqdm import tqdm
 
-from tasks.core.config import FeaturesConfig
+from tasks.core.config import FaultlineConfig, FeaturesConfig
 from tasks.core.laps import Laps
 from tasks.core.runtime import Runtime, dask_cluster
 from tasks.core.stages.features import day_groups, features_stage
 from tasks.core.stages.increment import Increment
-from tasks.core.store import StageResult, run_stage
+from tasks.core.store import StageResult, completed, run_stage, stage_fingerprint
 from tasks.runner import TASK_OPTIONS, finish_stage, logger
 
 PERFORMANCE_REPORT = "dask-performance.html"
@@ -23,8 +23,8 @@ def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path, increment: 
     log = logger()
     from distributed import performance_report
 
-    lap = Laps()  # the cluster's start and close measured apart from the days' work
-    with dask_cluster(rt.dask) as client:
+    lap, ahead = Laps(), {}  # the cluster's start (or wait for it, started ahead) and close apart from the days
+    with dask_cluster(rt.dask, ahead) as client:
         lap("cluster_start")
         with (
             tqdm(total=days, desc=f"features ({rt.backend})", unit="day") as bar,
@@ -46,7 +46,7 @@ def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path, increment: 
         log.info("features: %d of %d days recomputed, the others linked from %s", body["days_recomputed"],
                  body["days"], increment.base_features)  # fmt: skip
         body = {**body, "increment": increment.describe()}
-    return {**body, "timings_s": lap.seconds}
+    return {**body, "timings_s": lap.seconds, "cluster_ahead": ahead or None}
 
 
 @task(name="features", **TASK_OPTIONS)
@@ -66,7 +66,7 @@ def features_task(
         {"ingest": lake_fp},
         cfg,
         lambda tmp: _compute(lake, cfg, rt, tmp, increment),
-        key=(rt.backend,),
+        key=(rt.backend,),  # as features_pending reckons it
         force=force,
     )
     return finish_stage(
@@ -80,3 +80,14 @@ def features_task(
             else None,
         },
     )
+
+
+def features_pending(cfg: FaultlineConfig, rt: Runtime, root: Path, validation: StageResult, force: bool) -> bool:
+    """Whether the features stage will compute after an ingest over ``validation`` (``force``, or no features in
+    the store under the fingerprint that ingest's output will give them): the flow then starts the stage's Dask
+    cluster ahead, beside ingest. Ingest's fingerprint is its inputs' and config's, known before it runs."""
+    from tasks.ingest import ingest_inputs
+
+    lake_fp = stage_fingerprint("ingest", ingest_inputs(validation), cfg.ingest)
+    return force or completed(root, "features", stage_fingerprint("features", {"ingest": lake_fp}, cfg.features,
+                                                                 rt.backend)) is None  # fmt: skip

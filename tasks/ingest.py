@@ -31,6 +31,11 @@ def _ingest_increment(spark, raw: str, inc: Increment, validation: StageResult, 
     return {**merged, "increment": inc.describe()}
 
 
+def ingest_inputs(validation: StageResult) -> dict[str, str]:
+    """What ingest's fingerprint rests on: the exports' and their validation's."""
+    return {"raw": validation.inputs["raw"], "validate": validation.fingerprint}
+
+
 @task(name="ingest", **TASK_OPTIONS)
 def ingest_task(
     raw: str,
@@ -42,7 +47,7 @@ def ingest_task(
     increment: Increment | None = None,
 ) -> StageResult:
     """Spark over the raw exports; with ``increment`` (which validation took), over the new files alone."""
-    inputs = {"raw": validation.inputs["raw"], "validate": validation.fingerprint}
+    inputs = ingest_inputs(validation)
 
     def body(tmp: Path, spark) -> dict:
         if increment is not None:

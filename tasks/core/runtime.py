@@ -163,6 +163,10 @@ def _rapids_conf(cfg: IngestConfig, hw: Hardware) -> dict[str, str]:
         # pool size exceeded" a run: the plugin then falls back to pageable memory); allocating the pool is part of
         # the plugin's start (bench/device/spark_start.py's plugin-pinned-0 variant measures what it costs)
         conf["spark.rapids.memory.pinnedPool.size"] = cfg.rapids_pinned_pool
+        fraction = str(cfg.rapids_memory_fraction)  # the rest of the GPU: the features' worker, started ahead
+        conf.update(
+            {"spark.rapids.memory.gpu.allocFraction": fraction, "spark.rapids.memory.gpu.maxAllocFraction": fraction}
+        )
         if not cfg.master.startswith("local"):  # a cluster schedules GPUs; local mode has one process and GPU 0
             conf["spark.executor.resource.gpu.amount"] = "1"
             conf["spark.task.resource.gpu.amount"] = str(round(1 / max(1, cfg.concurrent_gpu_tasks), 3))
@@ -259,27 +263,19 @@ def dask_spec(cfg: FeaturesConfig, backend: str, hw: Hardware) -> dict[str, Any]
 
 
 @contextlib.contextmanager
-def dask_cluster(spec: dict[str, Any]) -> Iterator[Any]:
-    """A client on the cluster ``spec`` describes; the cluster (when this process started it) is closed after."""
-    from distributed import Client, LocalCluster
+def dask_cluster(spec: dict[str, Any], ahead: dict[str, Any] | None = None) -> Iterator[Any]:
+    """A client on the cluster ``spec`` describes: the one started ahead for it (:mod:`tasks.core.clusters`; how it
+    came is put in ``ahead``), else one started now. The cluster (when this process started it) is closed after."""
+    from tasks.core.clusters import close_cluster, start_cluster, take_ahead
 
-    if spec["kind"] == "scheduler":
-        cluster = None
-        client = Client(spec["address"])
-    elif spec["kind"] == "cuda":
-        from dask_cuda import LocalCUDACluster
-
-        cluster = LocalCUDACluster(**spec["kwargs"])
-        client = Client(cluster)
-    else:
-        cluster = LocalCluster(**spec["kwargs"])
-        client = Client(cluster)
+    taken = take_ahead(spec)
+    if taken is not None and ahead is not None:
+        ahead.update(taken[2])
+    cluster, client = taken[:2] if taken is not None else start_cluster(spec)
     try:
         yield client
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        close_cluster(cluster, client)
 
 
 # ---------------------------------------------------------------- Training

@@ -135,6 +135,13 @@ class IngestConfig(_Section):
         description="the RAPIDS Accelerator's pinned host memory pool (spark.rapids.memory.pinnedPool.size; 0: none, "
         "copies to the GPU then go through pageable memory). The plugin allocates it page by page as it starts",
     )
+    rapids_memory_fraction: float = Field(
+        0.8,
+        gt=0.25,
+        le=1.0,
+        description="the share of the GPU's memory the RAPIDS Accelerator's pool may take (spark.rapids.memory.gpu."
+        "allocFraction and maxAllocFraction): the rest holds the features' Dask worker, started beside ingest",
+    )
     kpi_parse: Literal["csv", "lines", "auto"] = Field(
         "csv",
         description="how validation and ingest parse the KPI exports: csv, Spark's CSV parser; lines, each line read "

@@ -1,0 +1,87 @@
+"""The features' Dask cluster started ahead: while ingest runs on Spark, a thread starts the cluster the features
+stage will use (its worker processes, their imports, CUDA contexts and RMM pools), so that the stage finds it up.
+:func:`tasks.core.runtime.dask_cluster` takes it where its spec is the stage's; one that no stage took is closed
+when the scope ends. The RAPIDS Accelerator's GPU pool is capped (``ingest.rapids_memory_fraction``) so that a
+worker's pool fits beside it on the same GPU."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+_AHEAD: dict[str, Any] | None = None  # cluster_ahead's: the spec and its start (a Future)
+
+
+def start_cluster(spec: dict[str, Any]) -> tuple[Any, Any]:
+    """(cluster, client) for ``spec``; the cluster None where it names a running scheduler."""
+    from distributed import Client, LocalCluster
+
+    if spec["kind"] == "scheduler":
+        return None, Client(spec["address"])
+    if spec["kind"] == "cuda":
+        from dask_cuda import LocalCUDACluster
+
+        cluster = LocalCUDACluster(**spec["kwargs"])
+    else:
+        cluster = LocalCluster(**spec["kwargs"])
+    return cluster, Client(cluster)
+
+
+def close_cluster(cluster: Any, client: Any) -> None:
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def _timed_start(spec: dict[str, Any]) -> tuple[Any, Any, float]:
+    t0 = time.perf_counter()
+    cluster, client = start_cluster(spec)
+    return cluster, client, round(time.perf_counter() - t0, 3)
+
+
+@contextmanager
+def cluster_ahead(spec: dict[str, Any] | None) -> Iterator[Future | None]:
+    """Within: the cluster ``spec`` describes starts in a thread at once (nothing where ``spec`` is None or names a
+    running scheduler); on exit one that no stage took is closed."""
+    global _AHEAD
+    if spec is None or spec["kind"] == "scheduler":
+        yield None
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="dask-ahead")
+    _AHEAD = {"spec": spec, "start": pool.submit(_timed_start, spec)}
+    pool.shutdown(wait=False)
+    try:
+        yield _AHEAD["start"]
+    finally:
+        left, _AHEAD = _AHEAD, None
+        taken = _result(left) if left is not None else None
+        if taken is not None:
+            close_cluster(*taken[:2])
+
+
+def _result(ahead: dict[str, Any]) -> tuple[Any, Any, float] | None:
+    try:
+        return ahead["start"].result()
+    except Exception as exc:  # noqa: BLE001 - said here; the stage's own start raises what is wrong
+        logging.getLogger(__name__).warning("the Dask cluster started ahead failed to start: %s", exc)
+        return None
+
+
+def take_ahead(spec: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]] | None:
+    """The cluster started ahead for ``spec`` (waited for; once), its client and how it came: the seconds its start
+    took and how long the stage waited for it. None: none started for this spec, or its start failed (the stage
+    then starts its own)."""
+    global _AHEAD
+    if _AHEAD is None or _AHEAD["spec"] != spec:
+        return None
+    ahead, _AHEAD = _AHEAD, None
+    t0 = time.perf_counter()
+    taken = _result(ahead)
+    if taken is None:
+        return None
+    cluster, client, start_s = taken
+    return cluster, client, {"start_s": start_s, "waited_s": round(time.perf_counter() - t0, 3)}
