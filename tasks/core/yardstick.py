@@ -1,4 +1,5 @@
-"""The measures of the quality yardstick, on grids of ``[time step, element]`` (pure NumPy).
+"""The measures of the quality yardstick, on grids of ``[time step, element]`` (NumPy, or CuPy where the grids are
+on the GPU: the same code, computed where the arrays are).
 
 A fault *event* is an element's onset: the first step of a run of ``in_fault``. A model warns of it when it alerts
 (score >= threshold) on that element within the label horizon before the onset; its lead time is the distance from
@@ -12,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from tasks.core.arrays import array_module
 
 
 @dataclass(frozen=True)
@@ -38,32 +41,37 @@ def purged_split(steps: int, horizon: int, val_frac: float = 0.2, test_frac: flo
     return Split((0, train_stop), (val_start, test_start - horizon), (test_start, steps), horizon)
 
 
-def onsets(in_fault: np.ndarray) -> np.ndarray:
+def onsets(in_fault) -> np.ndarray:
     """(step, element) of every fault onset in a ``[T, E]`` in-fault grid (a run already going at step 0 is not
     an onset: its warning window is outside the grid)."""
-    f = np.asarray(in_fault).astype(bool)
+    xp = array_module(in_fault)
+    f = xp.asarray(in_fault).astype(bool)
     start = f[1:] & ~f[:-1]
-    t, e = np.nonzero(start)
-    return np.stack([t + 1, e], axis=1)
+    t, e = xp.nonzero(start)
+    return xp.stack([t + 1, e], axis=1)
 
 
-def false_episodes(alert: np.ndarray, label: np.ndarray, usable: np.ndarray) -> int:
+def false_episodes(alert, label, usable) -> int:
     """Runs of consecutive false alerts (alert, label 0, usable) per element, counted over a ``[T, E]`` grid."""
-    false = np.asarray(alert, bool) & (np.asarray(label) == 0) & np.asarray(usable, bool)
+    xp = array_module(alert)
+    false = xp.asarray(alert, bool) & (xp.asarray(label) == 0) & xp.asarray(usable, bool)
     starts = false.copy()
     starts[1:] &= ~false[:-1]
     return int(starts.sum())
 
 
-def event_leads(alert: np.ndarray, in_fault: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per fault event of a ``[T, E]`` grid: its element, and the lead in steps of its first warning (0: none)."""
+def event_leads(alert, in_fault, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per fault event of a ``[T, E]`` grid: its element, and the lead in steps of its first warning (0: none),
+    every event at once: the ``horizon`` steps before each onset gathered as one [events, horizon] array."""
+    xp = array_module(alert)
     events = onsets(in_fault)
-    leads = np.zeros(len(events), dtype=np.int64)
-    for i, (t, e) in enumerate(events):
-        window = np.asarray(alert[max(0, t - horizon) : t, e], bool)
-        if window.any():
-            leads[i] = len(window) - int(np.argmax(window))
-    return events[:, 1] if len(events) else np.zeros(0, np.int64), leads
+    if not len(events):
+        return xp.zeros(0, xp.int64), xp.zeros(0, xp.int64)
+    t, e = events[:, 0], events[:, 1]
+    steps = t[:, None] - xp.arange(horizon, 0, -1)[None, :]  # each onset's window: t - horizon .. t - 1
+    warned = xp.asarray(alert, bool)[xp.maximum(steps, 0), e[:, None]] & (steps >= 0)
+    leads = xp.where(warned.any(axis=1), horizon - xp.argmax(warned, axis=1), 0)  # onset minus the first warning
+    return e.astype(xp.int64), leads.astype(xp.int64)
 
 
 def warnings(alert: np.ndarray, in_fault: np.ndarray, horizon: int) -> tuple[int, np.ndarray]:
@@ -89,11 +97,12 @@ def threshold_for_budget(
 ) -> float:
     """The lowest threshold (among score quantiles) whose false-alert episodes per element-day stay within
     ``budget`` on this grid, lowering it only while the budget holds; +inf when no threshold does."""
+    xp = array_module(score)
     element_days = score.shape[0] * score.shape[1] * step_minutes / (24 * 60)
-    values = np.asarray(score)[np.asarray(usable, bool)]
-    candidates = np.unique(np.quantile(values, np.linspace(1.0, 0.0, candidates)))[::-1]
+    values = xp.asarray(score)[xp.asarray(usable, bool)]
+    candidates = xp.unique(xp.quantile(values, xp.linspace(1.0, 0.0, candidates)))[::-1]
     within = false_episode_counts(score, label, usable, candidates) / element_days <= budget
-    first_over = len(candidates) if within.all() else int(np.argmin(within))
+    first_over = len(candidates) if bool(within.all()) else int(xp.argmin(within))
     return float(candidates[first_over - 1]) if first_over else float("inf")
 
 
@@ -102,11 +111,12 @@ def false_episode_counts(score: np.ndarray, label: np.ndarray, usable: np.ndarra
     alert is possible (label 0, usable; -inf elsewhere), an episode starts at step t for exactly the thresholds in
     (f[t-1], f[t]], so the count is #{f >= thr} - #{min(f[t-1], f[t]) >= thr}: two sorts, no loop over
     thresholds."""
-    score = np.asarray(score, np.float64)
-    f = np.where((np.asarray(label) == 0) & np.asarray(usable, bool) & ~np.isnan(score), score, -np.inf)
-    both = np.minimum(f, np.vstack([np.full((1, f.shape[1]), -np.inf), f[:-1]]))
-    thr = np.asarray(thresholds, np.float64)
-    at_least = [f.size - np.searchsorted(np.sort(a, axis=None), thr, side="left") for a in (f, both)]
+    xp = array_module(score)
+    score = xp.asarray(score, xp.float64)
+    f = xp.where((xp.asarray(label) == 0) & xp.asarray(usable, bool) & ~xp.isnan(score), score, -xp.inf)
+    both = xp.minimum(f, xp.vstack([xp.full((1, f.shape[1]), -xp.inf), f[:-1]]))
+    thr = xp.asarray(thresholds, xp.float64)
+    at_least = [f.size - xp.searchsorted(xp.sort(a, axis=None), thr, side="left") for a in (f, both)]
     return at_least[0] - at_least[1]
 
 
@@ -118,16 +128,21 @@ def alert_quality(
     threshold: float,
     horizon: int,
     step_minutes: float,
+    leads: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Event recall, false-alert episodes per element-day and lead times (minutes) at ``threshold``."""
-    alert = np.asarray(score) >= threshold
-    events, leads = warnings(alert, in_fault, horizon)
+    """Event recall, false-alert episodes per element-day and lead times (minutes) at ``threshold``. ``leads``:
+    :func:`event_leads`'s at this threshold, where the caller has them."""
+    from tasks.core.arrays import to_host
+
+    alert = array_module(score).asarray(score) >= threshold
+    every = to_host(event_leads(alert, in_fault, horizon)[1] if leads is None else leads)
+    events, warned = len(every), every[every > 0]
     element_days = score.shape[0] * score.shape[1] * step_minutes / (24 * 60)
-    minutes = leads * step_minutes
+    minutes = warned * step_minutes
     return {
         "events": events,
-        "events_warned": int(len(leads)),
-        "event_recall": len(leads) / events if events else float("nan"),
+        "events_warned": int(len(warned)),
+        "event_recall": len(warned) / events if events else float("nan"),
         "false_alerts_per_element_day": false_episodes(alert, label, usable) / element_days,
         "median_lead_min": float(np.median(minutes)) if len(minutes) else 0.0,
         "lead_p25_min": float(np.percentile(minutes, 25)) if len(minutes) else 0.0,
@@ -138,13 +153,14 @@ def alert_quality(
 def calibration_error(y: np.ndarray, p: np.ndarray, bins: int = 15) -> float:
     """Expected calibration error: the bin-weighted gap between mean probability and observed rate, over
     ``bins`` equal-width bins of [0, 1]."""
-    y, p = np.asarray(y, float).ravel(), np.clip(np.asarray(p, float).ravel(), 0.0, 1.0)
+    xp = array_module(p)
+    y, p = xp.asarray(y, float).ravel(), xp.clip(xp.asarray(p, float).ravel(), 0.0, 1.0)
     if y.size == 0:
         return float("nan")
-    idx = np.minimum((p * bins).astype(int), bins - 1)
-    n = np.bincount(idx, minlength=bins)
-    gap = np.abs(np.bincount(idx, p, bins) - np.bincount(idx, y, bins))
-    return float(gap.sum() / y.size) if n.sum() else float("nan")
+    idx = xp.minimum((p * bins).astype(int), bins - 1)
+    n = xp.bincount(idx, minlength=bins)
+    gap = xp.abs(xp.bincount(idx, p, bins) - xp.bincount(idx, y, bins))
+    return float(gap.sum() / y.size) if int(n.sum()) else float("nan")
 
 
 def paired_bootstrap(metric, a, b, elements: int, resamples: int = 1000, seed: int = 0, level: float = 0.95):

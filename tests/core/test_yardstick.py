@@ -159,3 +159,29 @@ def test_recall_difference_resamples_elements_with_their_events():
     assert d["difference"] == pytest.approx(1 - (b > 0).mean()) and 0 < d["low"] < d["difference"] < d["high"]
     same = recall_difference(elements, a, a, n_e, resamples=50)
     assert same["difference"] == same["low"] == same["high"] == 0.0
+
+
+def _leads_one_by_one(alert, in_fault, horizon):
+    """Each event's lead, from its own window: the definition the gathered form must keep."""
+    events = onsets(in_fault)
+    leads = []
+    for t, e in events:
+        window = alert[max(0, t - horizon) : t, e]
+        leads.append(len(window) - int(np.argmax(window)) if window.any() else 0)
+    return events[:, 1], np.array(leads, np.int64)
+
+
+def test_every_events_lead_is_gathered_at_once_as_each_window_gives_it():
+    from tasks.core.yardstick import event_leads
+
+    rng = np.random.default_rng(5)
+    for horizon in (1, 4, 12):
+        in_fault = (rng.random((200, 30)) < 0.08).astype(np.int8)
+        alert = rng.random((200, 30)) < 0.1
+        alert[:3] = True  # onsets near the grid's start have shorter windows
+        elements, leads = event_leads(alert, in_fault, horizon)
+        ref_elements, ref_leads = _leads_one_by_one(alert, in_fault, horizon)
+        assert elements.tolist() == ref_elements.tolist() and leads.tolist() == ref_leads.tolist()
+        assert leads.max() <= horizon and (leads > 0).any() and (leads == 0).any()
+    empty = event_leads(np.zeros((5, 2), bool), np.zeros((5, 2)), 3)
+    assert empty[0].size == 0 and empty[1].size == 0

@@ -51,3 +51,25 @@ def test_the_tree_fits_and_predicts_on_gpu_arrays():
     tree = fit_tree(xd[cupy.asarray(~val)], y[~val], xd[cupy.asarray(val)], y[val], seed=0, device="cuda")
     assert tree.device == "cuda" and tree.val_aucpr > 0.8
     np.testing.assert_allclose(tree.predict_proba(xd), tree.predict_proba(x), rtol=1e-5, atol=1e-6)
+
+
+def test_alert_quality_on_gpu_grids_equals_the_hosts():
+    cupy = pytest.importorskip("cupy")
+    import pandas as pd
+
+    from tasks.core.config import EvaluateConfig
+    from tasks.core.stages.evaluate import validated_alerts
+
+    rng = np.random.default_rng(3)
+    steps, n_e = 400, 50
+    t, e = np.meshgrid(np.arange(steps), np.arange(n_e), indexing="ij")
+    in_fault = (rng.random((steps, n_e)) < 0.03).astype(np.int8)
+    rows = pd.DataFrame({"label": (rng.random(steps * n_e) < 0.05).astype(int), "in_fault": in_fault.ravel()})
+    scores = {k: rng.random(steps * n_e) for k in ("model", "tree", "rule")}
+    args = (rows, (t.ravel(), e.ravel(), n_e), scores, {"val": (0, 200), "test": (200, 400)}, 6, 5.0)
+    cfg = EvaluateConfig(false_alerts_per_element_day=20.0)
+    host = validated_alerts(*args, cfg)
+    gpu = validated_alerts(*args, cfg, cupy)
+    for name in scores:
+        for k, v in host[name].items():
+            assert gpu[name][k] == pytest.approx(v, rel=1e-9, nan_ok=True), (name, k)

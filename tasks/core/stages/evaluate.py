@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tasks.core.arrays import array_module, device_room, release_gpu_memory
+from tasks.core.arrays import array_module, device_room, release_gpu_memory, to_host
 from tasks.core.config import EvaluateConfig
 from tasks.core.laps import Laps
 from tasks.core.metrics import classification_metrics, lead_times
@@ -65,7 +65,7 @@ def read_rows(features_dir: Path, names: list[str], topo: Topology, gpu: bool) -
     stays in GPU memory (CuPy), filled one file at a time: the peak is the matrix and a file's features."""
     import pyarrow.parquet as pq
 
-    from tasks.core.arrays import micros, to_host
+    from tasks.core.arrays import micros
 
     files = feature_files(features_dir)
     keep = list({**dict.fromkeys(META), **RULE_WEIGHTS})
@@ -153,7 +153,7 @@ def evaluate(
     results = _test_metrics(rows[test].reset_index(drop=True), {k: s[test] for k, s in scores.items()}, cfg, xp)
     windows = {"val": (int(ts[0]), int(test_t[0])), "test": (int(test_t[0]), len(times))}
     cells = (t_idx[span], e_idx[span], topo.n)
-    for name, alerts in validated_alerts(rows, cells, scores, windows, horizon, step, cfg).items():
+    for name, alerts in validated_alerts(rows, cells, scores, windows, horizon, step, cfg, xp).items():
         results[name]["metrics"].update(alerts)
     _how_chosen(results, tree, oracles, stack)
     lap("metrics")
@@ -251,24 +251,25 @@ def _grids(rows: pd.DataFrame, cells, lo: int, hi: int, scores: dict[str, np.nda
     return out
 
 
-def validated_alerts(rows, cells, scores, windows, horizon: int, step: float, cfg: EvaluateConfig):
+def validated_alerts(rows, cells, scores, windows, horizon: int, step: float, cfg: EvaluateConfig, xp=np):
     """Per model: the alert threshold chosen on the validation window (its last horizon purged: those labels
     describe faults in the test window) for ``cfg.false_alerts_per_element_day``, and what that threshold does on
     the test window: event recall, false-alert episodes per element-day, lead times; and the calibration error of
     the models that give probabilities. Nothing here is tuned on the test window. ``horizon``: the label's
-    look-ahead in steps of ``step`` minutes."""
+    look-ahead in steps of ``step`` minutes. ``xp``: where the grids' sorts and gathers run (CuPy: on the GPU)."""
     (v_lo, v_hi), (t_lo, t_hi) = windows["val"], windows["test"]
-    val = _grids(rows, cells, v_lo, v_hi - horizon, scores) if v_hi - horizon > v_lo else None
-    test = _grids(rows, cells, t_lo, t_hi, scores)
+    val = _on_device(_grids(rows, cells, v_lo, v_hi - horizon, scores), xp) if v_hi - horizon > v_lo else None
+    test = _on_device(_grids(rows, cells, t_lo, t_hi, scores), xp)
     out, leads = {}, {}
     for name in scores:
         budget = cfg.false_alerts_per_element_day
         thr = (  # no validation window left after the purge: no threshold, no alerts
             threshold_for_budget(val["scores"][name], val["label"], val["usable"], budget, step) if val else np.inf
         )
-        q = alert_quality(test["scores"][name], test["label"], test["in_fault"], test["usable"], thr, horizon, step)
+        leads[name] = tuple(map(to_host, event_leads(test["scores"][name] >= thr, test["in_fault"], horizon)))
+        q = alert_quality(test["scores"][name], test["label"], test["in_fault"], test["usable"], thr, horizon, step,
+                          leads[name][1])  # fmt: skip
         out[name] = {"alert_threshold_val": thr if np.isfinite(thr) else float("nan"), **q}
-        leads[name] = event_leads(test["scores"][name] >= thr, test["in_fault"], horizon)
         if name != "rule":  # the rule's score is a weighted count, not a probability
             u = test["usable"]
             out[name]["calibration_error"] = calibration_error(test["label"][u], test["scores"][name][u])
@@ -276,6 +277,11 @@ def validated_alerts(rows, cells, scores, windows, horizon: int, step: float, cf
         diff = recall_difference(leads["model"][0], leads["model"][1], leads["tree"][1], cells[2], resamples=1000)
         out["model"].update({f"event_recall_minus_tree_{k}": diff[k] for k in ("difference", "low", "high")})
     return out
+
+
+def _on_device(grid: dict[str, Any], xp) -> dict[str, Any]:
+    """A window's grids (``_grids``) moved to ``xp``'s device."""
+    return {k: ({n: xp.asarray(s) for n, s in v.items()} if k == "scores" else xp.asarray(v)) for k, v in grid.items()}
 
 
 def plot_evaluation(ev: dict[str, Any], out: Path, xp=np) -> dict[str, Path]:
