@@ -22,7 +22,7 @@ from tasks.core.store import StageResult
 from tasks.core.training.launch import unlaunched
 from tasks.core.training.prewarm import prewarmed
 from tasks.evaluate import evaluate_task
-from tasks.features import features_pending, features_task
+from tasks.features import cluster_to_start_ahead, features_task
 from tasks.increment import champion_weights, plan_increment
 from tasks.ingest import ingest_task
 from tasks.runner import logger, store_root, value
@@ -143,8 +143,8 @@ def _spark_stages(cfg, rt: Runtime, root: Path, plan, raw, redo, incremental: bo
             inc = inc and inc.taken(stages["validate"].get("increment"))  # None: validation ran over every file
         if "ingest" in plan:
             redone = None if redo("ingest") else inc  # a forced stage recomputes every day
-            pending = "features" in plan and features_pending(cfg, rt, root, stages["validate"], redo("features"))
-            beside.enter_context(cluster_ahead(rt.dask if pending else None))  # up by the time the features start
+            ahead = "features" in plan and cluster_to_start_ahead(cfg, rt, root, stages["validate"], redo("features"))
+            beside.enter_context(cluster_ahead(ahead or None))  # the features' cluster, up by the time they start
             stages["ingest"] = value(
                 ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest"), redone)
             )

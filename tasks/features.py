@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import task
 from tqdm import tqdm
 
+from tasks.core.clusters import room_beside_spark
 from tasks.core.config import FaultlineConfig, FeaturesConfig
 from tasks.core.laps import Laps
 from tasks.core.runtime import Runtime, dask_cluster
@@ -84,10 +85,23 @@ def features_task(
 
 def features_pending(cfg: FaultlineConfig, rt: Runtime, root: Path, validation: StageResult, force: bool) -> bool:
     """Whether the features stage will compute after an ingest over ``validation`` (``force``, or no features in
-    the store under the fingerprint that ingest's output will give them): the flow then starts the stage's Dask
-    cluster ahead, beside ingest. Ingest's fingerprint is its inputs' and config's, known before it runs."""
+    the store under the fingerprint that ingest's output will give them). Ingest's fingerprint is its inputs' and
+    config's, known before it runs."""
     from tasks.ingest import ingest_inputs
 
     lake_fp = stage_fingerprint("ingest", ingest_inputs(validation), cfg.ingest)
     return force or completed(root, "features", stage_fingerprint("features", {"ingest": lake_fp}, cfg.features,
                                                                  rt.backend)) is None  # fmt: skip
+
+
+def cluster_to_start_ahead(cfg: FaultlineConfig, rt: Runtime, root: Path, validation: StageResult, force: bool):
+    """The features' cluster spec to start beside ingest, or None: the features will not compute (their output is
+    in the store), or a worker would not fit on the GPU beside the RAPIDS Accelerator's pool (said in the log)."""
+    if not features_pending(cfg, rt, root, validation, force):
+        return None
+    gpus = [g.memory_gb for g in rt.hardware.gpus]
+    why = room_beside_spark(rt.dask, rt.spark_conf, min(gpus)) if gpus else ""
+    if why:
+        logger().info("features: the Dask cluster starts with the stage, not beside ingest: %s", why)
+        return None
+    return rt.dask

@@ -14,6 +14,23 @@ from contextlib import contextmanager
 from typing import Any
 
 _AHEAD: dict[str, Any] | None = None  # cluster_ahead's: the spec and its start (a Future)
+CONTEXT_GB = 1.0  # a worker's CUDA context and cuDF's own buffers, beside its RMM pool
+
+
+def room_beside_spark(spec: dict[str, Any], spark_conf: dict[str, str], gpu_memory_gb: float) -> str:
+    """Why ``spec``'s workers cannot start beside a running Spark application ("" where they can): off the RAPIDS
+    Accelerator, or for CPU workers, always room; with it, a worker's RMM pool and context must fit in the share of
+    the (smallest) GPU's memory the plugin's pool leaves (``spark.rapids.memory.gpu.maxAllocFraction``)."""
+    if spec["kind"] != "cuda" or "spark.plugins" not in spark_conf:
+        return ""
+    from dask.utils import parse_bytes
+
+    pool = parse_bytes(spec["kwargs"].get("rmm_pool_size") or 0) / 2**30
+    left = (1 - float(spark_conf.get("spark.rapids.memory.gpu.maxAllocFraction", 1.0))) * gpu_memory_gb
+    if pool + CONTEXT_GB <= left:
+        return ""
+    return (f"a worker's {pool:.1f}-GiB RMM pool and its context do not fit in the {left:.1f} GiB the RAPIDS "
+            "Accelerator's pool leaves (ingest.rapids_memory_fraction)")  # fmt: skip
 
 
 def start_cluster(spec: dict[str, Any]) -> tuple[Any, Any]:

@@ -83,3 +83,16 @@ def test_features_are_pending_unless_the_store_holds_them_for_the_lake_ingest_wi
     (done / MANIFEST).write_text(json.dumps({"stage": "features"}))
     assert not features_pending(cfg, rt, tmp_path, validation, False)
     assert features_pending(cfg, rt, tmp_path, validation, True)  # forced: computed again
+
+
+def test_a_gpu_worker_starts_beside_spark_only_where_its_pool_fits_in_what_the_plugin_leaves():
+    from tasks.core.clusters import room_beside_spark
+
+    plugin = {"spark.plugins": "com.nvidia.spark.SQLPlugin", "spark.rapids.memory.gpu.maxAllocFraction": "0.8"}
+    gpu = {"kind": "cuda", "kwargs": {"rmm_pool_size": "8GB"}}
+    assert room_beside_spark(gpu, plugin, 79.6) == ""  # 7.5 GiB + 1 in the 15.9 GiB left
+    assert "64.0-GiB RMM pool" in room_beside_spark(
+        {"kind": "cuda", "kwargs": {"rmm_pool_size": "64GiB"}}, plugin, 79.6
+    )
+    assert room_beside_spark(gpu, {}, 79.6) == ""  # Spark on the CPU takes no GPU memory
+    assert room_beside_spark({"kind": "local", "kwargs": {}}, plugin, 79.6) == ""
