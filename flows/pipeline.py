@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ from tasks.core.runs import Heartbeat
 from tasks.core.runtime import Runtime, resolve_runtime
 from tasks.core.secrets import refuse_literal_secrets
 from tasks.core.sparkops import one_application, started_ahead
-from tasks.core.stages.features import lake_fingerprint
+from tasks.core.stages.features import lake_fingerprint, prime_worker
 from tasks.core.store import StageResult
 from tasks.core.training.launch import unlaunched
 from tasks.core.training.prewarm import prewarmed
@@ -144,7 +145,8 @@ def _spark_stages(cfg, rt: Runtime, root: Path, plan, raw, redo, incremental: bo
         if "ingest" in plan:
             redone = None if redo("ingest") else inc  # a forced stage recomputes every day
             ahead = "features" in plan and cluster_to_start_ahead(cfg, rt, root, stages["validate"], redo("features"))
-            beside.enter_context(cluster_ahead(ahead or None))  # the features' cluster, up by the time they start
+            prime = partial(prime_worker, rt.backend)  # each worker's one-off costs, paid beside ingest too
+            beside.enter_context(cluster_ahead(ahead or None, prime))  # the features' cluster, up by their start
             stages["ingest"] = value(
                 ingest_task(str(raw), stages["validate"], cfg.ingest, rt, root, redo("ingest"), redone)
             )

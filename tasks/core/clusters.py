@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -54,22 +54,30 @@ def close_cluster(cluster: Any, client: Any) -> None:
         cluster.close()
 
 
-def _timed_start(spec: dict[str, Any]) -> tuple[Any, Any, float]:
+def _timed_start(spec: dict[str, Any], prime: Callable[[], Any] | None) -> tuple[Any, Any, dict[str, Any]]:
+    """The cluster and client, and the seconds its start took; with ``prime``, run on every worker once it is up
+    (its one-off costs, paid here), what each worker's priming returned, or why it failed (the stage pays them)."""
     t0 = time.perf_counter()
     cluster, client = start_cluster(spec)
-    return cluster, client, round(time.perf_counter() - t0, 3)
+    came: dict[str, Any] = {"start_s": round(time.perf_counter() - t0, 3)}
+    if prime is not None:
+        try:
+            came["primed"] = sorted(client.run(prime).values())
+        except Exception as exc:  # noqa: BLE001 - the days pay those costs themselves
+            came["primed"] = f"{type(exc).__name__}: {exc}"[:300]
+    return cluster, client, came
 
 
 @contextmanager
-def cluster_ahead(spec: dict[str, Any] | None) -> Iterator[Future | None]:
+def cluster_ahead(spec: dict[str, Any] | None, prime: Callable[[], Any] | None = None) -> Iterator[Future | None]:
     """Within: the cluster ``spec`` describes starts in a thread at once (nothing where ``spec`` is None or names a
-    running scheduler); on exit one that no stage took is closed."""
+    running scheduler), and ``prime`` runs on each of its workers; on exit one that no stage took is closed."""
     global _AHEAD
     if spec is None or spec["kind"] == "scheduler":
         yield None
         return
     pool = ThreadPoolExecutor(1, thread_name_prefix="dask-ahead")
-    _AHEAD = {"spec": spec, "start": pool.submit(_timed_start, spec)}
+    _AHEAD = {"spec": spec, "start": pool.submit(_timed_start, spec, prime)}
     pool.shutdown(wait=False)
     try:
         yield _AHEAD["start"]
@@ -80,7 +88,7 @@ def cluster_ahead(spec: dict[str, Any] | None) -> Iterator[Future | None]:
             close_cluster(*taken[:2])
 
 
-def _result(ahead: dict[str, Any]) -> tuple[Any, Any, float] | None:
+def _result(ahead: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]] | None:
     try:
         return ahead["start"].result()
     except Exception as exc:  # noqa: BLE001 - said here; the stage's own start raises what is wrong
@@ -90,8 +98,8 @@ def _result(ahead: dict[str, Any]) -> tuple[Any, Any, float] | None:
 
 def take_ahead(spec: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]] | None:
     """The cluster started ahead for ``spec`` (waited for; once), its client and how it came: the seconds its start
-    took and how long the stage waited for it. None: none started for this spec, or its start failed (the stage
-    then starts its own)."""
+    took, its workers' priming and how long the stage waited for it. None: none started for this spec, or its start
+    failed (the stage then starts its own)."""
     global _AHEAD
     if _AHEAD is None or _AHEAD["spec"] != spec:
         return None
@@ -100,5 +108,5 @@ def take_ahead(spec: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]] | None:
     taken = _result(ahead)
     if taken is None:
         return None
-    cluster, client, start_s = taken
-    return cluster, client, {"start_s": start_s, "waited_s": round(time.perf_counter() - t0, 3)}
+    cluster, client, came = taken
+    return cluster, client, {**came, "waited_s": round(time.perf_counter() - t0, 3)}

@@ -22,6 +22,9 @@ class FakeCluster:
     def close(self) -> None:
         self.closed = True
 
+    def run(self, fn):  # the client's run: ``fn`` on every worker, keyed by worker
+        return {"tcp://w0": fn(), "tcp://w1": fn()}
+
 
 @pytest.fixture
 def started(monkeypatch):
@@ -46,6 +49,27 @@ def test_the_stage_takes_the_cluster_started_ahead_and_closes_it(started):
         assert started[0].closed and len(started) == 1  # taken, not started again; closed by the stage
         assert came["start_s"] >= 0 and came["waited_s"] >= 0
     assert len(started) == 1
+
+
+def test_each_worker_is_primed_once_it_is_up_and_a_failed_priming_is_said_not_raised(started):
+    with clusters.cluster_ahead(SPEC, lambda: 0.25):
+        came: dict = {}
+        with dask_cluster(SPEC, came):
+            assert came["primed"] == [0.25, 0.25]
+
+    def broken():
+        raise ImportError("no cudf here")
+
+    with clusters.cluster_ahead(SPEC, broken):
+        came = {}
+        with dask_cluster(SPEC, came) as client:
+            assert came["primed"] == "ImportError: no cudf here" and not client.closed
+
+
+def test_a_worker_is_primed_on_its_backend_in_seconds():
+    from tasks.core.stages.features import prime_worker
+
+    assert 0 < prime_worker("pandas") < 30
 
 
 def test_a_cluster_no_stage_took_is_closed_with_its_scope(started):

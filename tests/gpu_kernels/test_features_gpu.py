@@ -43,3 +43,10 @@ def test_gpu_stage_matches_cpu_stage(tmp_path):
         worst[col] = float(np.max(np.abs(a[m] - b[m]) / np.maximum(np.abs(a[m]), 1.0))) if m.any() else 0.0
     print("worst relative error per column:", max(worst.values()), max(worst, key=worst.get))
     assert max(worst.values()) <= 1e-6, {k: v for k, v in worst.items() if v > 1e-6}
+
+
+def test_a_worker_is_primed_on_cudf_with_the_kernels_loaded():
+    pytest.importorskip("cudf")
+    from tasks.core.stages.features import prime_worker
+
+    assert 0 < prime_worker("cudf") < 60
