@@ -28,6 +28,8 @@ def stage_parts(manifest: dict) -> dict:
     out = {"timings_s": manifest["timings_s"]} if isinstance(manifest.get("timings_s"), dict) else {}
     if manifest.get("day_parts_s"):  # the features' days: the shared tables, the first day, the others
         out["day_parts_s"] = manifest["day_parts_s"]
+    if manifest.get("cluster_ahead"):  # the features' cluster, started and primed beside ingest
+        out["cluster_ahead"] = manifest["cluster_ahead"]
     timeline = (manifest.get("launch") or {}).get("rank_timeline") or {}
     if timeline:
         out["rank_parts_s"], out["prewarm"] = timeline.get("parts_s"), timeline.get("prewarm")
