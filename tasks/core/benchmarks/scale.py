@@ -295,7 +295,8 @@ def finished_stages(record: dict[str, Any], manifests: dict[str, dict]) -> None:
 
 def keep_manifests(root: Path, dest: Path) -> dict[str, dict]:
     """Each stage manifest under ``root`` as ``dest/<stage>.json`` (where a size's time went, after its store is
-    deleted), the newest where a stage ran more than once; returns them by stage."""
+    deleted), the newest where a stage ran more than once, and Spark's event logs (``dest/spark-events``: each job's
+    time, by job group); returns the manifests by stage."""
     import json
 
     shutil.rmtree(dest, ignore_errors=True)
@@ -305,4 +306,6 @@ def keep_manifests(root: Path, dest: Path) -> dict[str, dict]:
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(m, dest / f"{m.parent.parent.name}.json")
         kept[m.parent.parent.name] = json.loads(m.read_text())
+    for events in root.glob("**/store/spark-events") if kept else ():
+        shutil.copytree(events, dest / "spark-events", dirs_exist_ok=True)
     return kept

@@ -119,15 +119,18 @@ def test_a_size_is_measured_its_store_deleted_and_a_failure_recorded(tmp_path):
         (root / "store" / "lake.parquet").write_bytes(b"z" * 1000)
         manifest = {"seconds": 3.0, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (root / "store" / "train" / "abc" / "_manifest.json").write_text(json.dumps(manifest))
+        (root / "store" / "spark-events" / "eventlog_v2_app").mkdir(parents=True)
+        (root / "store" / "spark-events" / "eventlog_v2_app" / "events_1").write_bytes(b"e" * 10)
         stages = {"ingest": {"seconds": 2.0, "rows_in": 500}, "train": {"seconds": 3.0}}
         return {"status": "completed", "stages": stages}
 
     rec = measure(run, 2, 4, tmp_path / "work")
     assert (rec["factor"], rec["days"], rec["kpi_rows"], rec["total_s"], rec["status"]) == (2, 4, 500, 5.0, "completed")
     manifest_bytes = len((tmp_path / "work" / "2x-manifests" / "train.json").read_bytes())
-    assert (rec["raw_bytes"], rec["store_bytes"]) == (2 + 200 + 20, 1000 + manifest_bytes)
+    assert (rec["raw_bytes"], rec["store_bytes"]) == (2 + 200 + 20, 1000 + 10 + manifest_bytes)
     assert not (tmp_path / "work" / "2x").exists()
     assert json.loads((tmp_path / "work" / "2x-manifests" / "train.json").read_text())["seconds"] == 3.0
+    assert (tmp_path / "work" / "2x-manifests" / "spark-events" / "eventlog_v2_app" / "events_1").is_file()
     assert set(rec["stage_peaks"]) == {"train"} and rec["stage_peaks"]["train"]["samples"] >= 1
 
     def oom(root: Path) -> dict:
