@@ -127,22 +127,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _rejected(exc, args)
     except DataRejected as exc:
         return _data_rejected(exc, args)
-    from flows.pipeline import fault_prediction_pipeline
+    from flows.pipeline import SPARK_APP, fault_prediction_pipeline, spark_ahead_of_run
+    from tasks.core.sparkops import started_ahead
 
+    plan = {"raw": args.raw, "start_from": args.start_from, "until": args.until, "lake": args.lake}
+    refresh = list(args.refresh or []) or None
+    try:  # the run's Spark application (its JVM, the plugin's set-up) starts now, beside Prefect's start-up
+        ahead = spark_ahead_of_run(args.profile, overrides, force=args.force, refresh=refresh, **plan)
+    except ConfigError as exc:
+        return _rejected(exc, args)
     _announce_api()
     started = time.time()
     try:
-        summary = fault_prediction_pipeline(
-            profile=args.profile,
-            overrides=overrides,
-            raw=args.raw,
-            lake=args.lake,
-            start_from=args.start_from,
-            until=args.until,
-            force=args.force,
-            refresh=list(args.refresh or []) or None,
-            incremental=not args.full,
-        )
+        with started_ahead(ahead, SPARK_APP):
+            summary = fault_prediction_pipeline(
+                profile=args.profile, overrides=overrides, force=args.force, refresh=refresh,
+                incremental=not args.full, **plan,
+            )  # fmt: skip
     except DataRejected as exc:
         return _data_rejected(exc, args)
     except ConfigError as exc:

@@ -41,6 +41,7 @@ from tasks.train import train_task
 from tasks.validate import validate_task, validated_before
 
 Stage = Literal["validate", "ingest", "features", "train", "evaluate"]
+SPARK_APP = "validate-ingest"  # the one Spark application of a run: validation and ingest
 Profile = Literal["local", "gpu", "dgx"]
 
 
@@ -68,6 +69,18 @@ def spark_ahead(cfg: FaultlineConfig, rt: Runtime, root: Path, plan: tuple[str, 
     return None if reused else rt.spark_conf
 
 
+def spark_ahead_of_run(
+    profile: str, overrides: list[str], raw: str | None, start_from: str, until: str, lake: str | None,
+    force: bool = False, refresh: list[str] | None = None,
+) -> dict[str, str] | None:  # fmt: skip
+    """:func:`spark_ahead`'s answer for a run of the pipeline with these parameters, reckoned before its flow starts:
+    the CLI starts the application then, beside Prefect's and MLflow's start-up, and the flow's own start ahead
+    takes that start (``sparkops.started_ahead``, nested)."""
+    cfg = load_config(profile, overrides)
+    plan, root = stage_plan(start_from, until, lake), store_root(cfg.paths.root)
+    return spark_ahead(cfg, resolve_runtime(cfg, root), root, plan, raw, lambda s: force or s in (refresh or []))
+
+
 @contextmanager
 def spark_stages(plan: tuple[str, ...], notes: dict[str, Any] | None = None) -> Iterator[None]:
     """Validation and ingest in one Spark application. Where the RAPIDS Accelerator ran in it, its JVM ends with it
@@ -76,7 +89,7 @@ def spark_stages(plan: tuple[str, ...], notes: dict[str, Any] | None = None) -> 
     if not {"validate", "ingest"} <= set(plan):
         yield
         return
-    with one_application("validate-ingest") as app:
+    with one_application(SPARK_APP) as app:
         yield
     if app["jvm_ended"]:
         used = app.get("gpu_memory_used_mib")
@@ -189,7 +202,7 @@ def fault_prediction_pipeline(
     rt = resolve_runtime(cfg, root)
     data = data_identity(cfg, raw)  # the preflight of a raw directory: a bad one is refused before anything starts
     redo, network = (lambda s: force or s in (refresh or [])), data["network"]
-    with started_ahead(spark_ahead(cfg, rt, root, plan, raw, redo), "validate-ingest"):
+    with started_ahead(spark_ahead(cfg, rt, root, plan, raw, redo), SPARK_APP):
         return _tracked_run(cfg, rt, root, plan, raw, lake, redo, network, data, incremental)
 
 

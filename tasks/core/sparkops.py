@@ -42,10 +42,14 @@ def started_ahead(conf: dict[str, str] | None, name: str) -> Iterator[Future | N
     GPU set-up and a first trivial query, which pays the one-off costs of a first task) while the flow does what
     comes before its first Spark stage (MLflow's run, the exports' digests, the file checks); the
     :func:`one_application` of that name takes it. ``conf`` None, or a session already active in this process:
-    nothing starts. On exit a session that no scope took is stopped (its JVM ended where the plugin ran)."""
+    nothing starts; one of that name already starting (an outer scope's, e.g. the CLI's, begun before the flow):
+    that one. On exit a session that no scope took is stopped (its JVM ended where the plugin ran)."""
     global _AHEAD
     from pyspark.sql import SparkSession
 
+    if _AHEAD is not None and _AHEAD["name"] == name:  # nested: the start an outer scope began (and will end)
+        yield _AHEAD["start"]
+        return
     if conf is None or SparkSession.getActiveSession() is not None:
         yield None
         return

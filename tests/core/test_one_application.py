@@ -203,6 +203,21 @@ def test_an_application_started_ahead_that_no_stage_takes_is_stopped(ahead_sessi
     assert sparkops._AHEAD is None and sparkops._SCOPE is None
 
 
+def test_a_start_begun_before_the_flow_is_the_one_the_flows_own_start_ahead_takes(ahead_sessions):
+    with sparkops.started_ahead({"k": "v"}, "validate-ingest") as outer:  # the CLI's, before the flow starts
+        with sparkops.started_ahead({"k": "v"}, "validate-ingest") as inner:  # the flow's: no second start
+            assert inner is outer
+            with sparkops.one_application("validate-ingest") as app:
+                pass
+        assert sparkops._AHEAD is None  # taken by the flow's application, ended with it
+    assert len(ahead_sessions) == 1 and ahead_sessions[0]._jsc is None and app["spark"] is None
+    with sparkops.started_ahead({}, "validate-ingest"):
+        with sparkops.started_ahead({}, "validate-ingest"):
+            pass  # the run failed before its Spark stages: the outer scope stops the session
+        assert sparkops._AHEAD is not None
+    assert len(ahead_sessions) == 2 and ahead_sessions[1]._jsc is None and sparkops._AHEAD is None
+
+
 def test_a_start_ahead_that_failed_leaves_the_stage_to_start_its_own(ahead_sessions, monkeypatch):
     calls: list[int] = []
 
