@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
+
+from tasks.core.background import in_thread
 
 _AHEAD: dict[str, Any] | None = None  # cluster_ahead's: the spec and its start (a Future)
 CONTEXT_GB = 1.0  # a worker's CUDA context and cuDF's own buffers, beside its RMM pool
@@ -76,9 +78,7 @@ def cluster_ahead(spec: dict[str, Any] | None, prime: Callable[[], Any] | None =
     if spec is None or spec["kind"] == "scheduler":
         yield None
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="dask-ahead")
-    _AHEAD = {"spec": spec, "start": pool.submit(_timed_start, spec, prime)}
-    pool.shutdown(wait=False)
+    _AHEAD = {"spec": spec, "start": in_thread("dask-ahead", _timed_start, spec, prime)}
     try:
         yield _AHEAD["start"]
     finally:

@@ -17,10 +17,12 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tasks.core.background import in_thread
 
 PLUGIN = "com.nvidia.spark.SQLPlugin"
 EXPLAIN_LOGGER = "com.nvidia.spark.rapids.GpuOverrides"
@@ -53,9 +55,7 @@ def started_ahead(conf: dict[str, str] | None, name: str) -> Iterator[Future | N
     if conf is None or SparkSession.getActiveSession() is not None:
         yield None
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="spark-ahead")
-    _AHEAD = {"name": name, "start": pool.submit(_start, conf, name)}
-    pool.shutdown(wait=False)
+    _AHEAD = {"name": name, "start": in_thread("spark-ahead", _start, conf, name)}
     try:
         yield _AHEAD["start"]
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pandas as pd
 import torch
 
 from tasks.core.arrays import array_module, device_room, release_gpu_memory, to_host
+from tasks.core.background import in_thread
 from tasks.core.config import EvaluateConfig
 from tasks.core.laps import Laps
 from tasks.core.metrics import classification_metrics, lead_times
@@ -172,10 +172,7 @@ def beside(now: bool, fn, *args) -> Callable[[], Any]:
     """``fn(*args)`` begun in a thread now (``now``) or run when asked; calling the result gives its value or error."""
     if not now:
         return lambda: fn(*args)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")  # one thread, ended when its call returns
-    future = pool.submit(fn, *args)
-    pool.shutdown(wait=False)
-    return future.result
+    return in_thread("evaluate", fn, *args).result
 
 
 def _fit_windows(d, t_idx: np.ndarray, usable: np.ndarray, horizon_minutes: float):

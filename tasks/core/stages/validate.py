@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from tasks.core.background import in_thread
 from tasks.core.config import ValidateConfig
 from tasks.core.datadocs import vendor_site
 from tasks.core.errors import DataRejected, InvariantBroken
@@ -168,11 +169,7 @@ def files_checked(layout: RawLayout) -> Future:
         started = time.perf_counter()
         return check_files(layout), round(time.perf_counter() - started, 3)
 
-    pool = ThreadPoolExecutor(1, thread_name_prefix="check-files")
-    try:
-        return pool.submit(timed)
-    finally:
-        pool.shutdown(wait=False)
+    return in_thread("check-files", timed)
 
 
 def run_validation(
