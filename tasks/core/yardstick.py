@@ -74,12 +74,6 @@ def event_leads(alert, in_fault, horizon: int) -> tuple[np.ndarray, np.ndarray]:
     return e.astype(xp.int64), leads.astype(xp.int64)
 
 
-def warnings(alert: np.ndarray, in_fault: np.ndarray, horizon: int) -> tuple[int, np.ndarray]:
-    """(fault events, lead time in steps of each warned event) for alerts on a ``[T, E]`` grid."""
-    _, leads = event_leads(alert, in_fault, horizon)
-    return len(leads), leads[leads > 0]
-
-
 def recall_difference(elements: np.ndarray, leads_a: np.ndarray, leads_b: np.ndarray, n_e: int, **bootstrap):
     """Event recall of A minus B over the same events, with its element-cluster bootstrap interval."""
     events = np.bincount(elements, minlength=n_e)
