@@ -50,6 +50,11 @@ def _compute(lake: str, cfg: FeaturesConfig, rt: Runtime, tmp: Path, increment: 
     return {**body, "timings_s": lap.seconds, "cluster_ahead": ahead or None}
 
 
+def stage_key(lake_fp: str, rt: Runtime) -> tuple[dict[str, str], tuple[str]]:
+    """What the features' fingerprint rests on besides their config: the lake's, and the dataframe backend."""
+    return {"ingest": lake_fp}, (rt.backend,)
+
+
 @task(name="features", **TASK_OPTIONS)
 def features_task(
     lake: str,
@@ -61,14 +66,9 @@ def features_task(
     increment: Increment | None = None,
 ) -> StageResult:
     """Features day by day; with ``increment`` (which ingest took), only the days the new data can change."""
+    inputs, key = stage_key(lake_fp, rt)
     result = run_stage(
-        root,
-        "features",
-        {"ingest": lake_fp},
-        cfg,
-        lambda tmp: _compute(lake, cfg, rt, tmp, increment),
-        key=(rt.backend,),  # as features_pending reckons it
-        force=force,
+        root, "features", inputs, cfg, lambda tmp: _compute(lake, cfg, rt, tmp, increment), key=key, force=force
     )
     return finish_stage(
         result,
@@ -89,9 +89,8 @@ def features_pending(cfg: FaultlineConfig, rt: Runtime, root: Path, validation: 
     config's, known before it runs."""
     from tasks.ingest import ingest_inputs
 
-    lake_fp = stage_fingerprint("ingest", ingest_inputs(validation), cfg.ingest)
-    return force or completed(root, "features", stage_fingerprint("features", {"ingest": lake_fp}, cfg.features,
-                                                                 rt.backend)) is None  # fmt: skip
+    inputs, key = stage_key(stage_fingerprint("ingest", ingest_inputs(validation), cfg.ingest), rt)
+    return force or completed(root, "features", stage_fingerprint("features", inputs, cfg.features, *key)) is None
 
 
 def cluster_to_start_ahead(cfg: FaultlineConfig, rt: Runtime, root: Path, validation: StageResult, force: bool):
